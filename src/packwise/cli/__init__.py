@@ -1,0 +1,57 @@
+"""The ``packwise`` command line: a thin layer over the public Python API.
+
+Exit codes: 0 success; 1 bad input, options or a failed check (message on stderr); 2 usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ._console import err
+from ._pack import pack
+
+app = typer.Typer(
+    name="packwise",
+    help="Sequence packing for LLM/VLM SFT: plan, assemble, run, prove.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _group() -> None:
+    """Sequence packing for LLM/VLM SFT: plan, assemble, run, prove."""
+
+
+app.command(epilog="Exit codes: 0 ok, 1 bad input/options, 2 usage.")(pack)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``packwise`` console script; returns the exit code."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return 1
+    except typer.Exit as e:
+        return e.exit_code
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def run() -> None:
+    """Console-script wrapper: exit with :func:`main`'s code."""
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Rich rendering shared by the CLI commands: progress bars on stderr, report tables on stdout."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def progress_bars(quiet: bool) -> Iterator[Callable[[str, int], Callable[[int], None]] | None]:
+    """Yields ``start(stage, total) -> advance(n)`` (or None when quiet / not a terminal)."""
+    if quiet:
+        yield None
+        return
+    columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not sys.stderr.isatty()) as progress:
+
+        def start(stage: str, total: int) -> Callable[[int], None]:
+            task = progress.add_task(stage, total=total)
+            return lambda n: progress.advance(task, n)
+
+        yield start
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100.0 * a / b:.2f} %" if b else "-"
+
+
+def report_table(report, output: str | None = None) -> Table:
+    """The pack report as one rich table (same figures as ``--json``)."""
+    r, m = report, report.metrics
+    t = Table(title=f"packwise pack — {r.input}", show_header=False, title_justify="left", box=None, pad_edge=False)
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column()
+    rows = [
+        ("settings", f"capacity {_n(r.capacity)} · {r.algorithm} · overflow {r.overflow} · loss on {r.loss_on}"),
+        ("tokenizer", f"{r.tokenizer} ({r.tokenizer_fingerprint})" if r.tokenizer else "none (pre-tokenized)"),
+        ("rows", f"{_n(r.rows_read)} read · {_n(r.rows_skipped)} skipped (bad) · {_n(r.samples)} samples"),
+        ("tokens read", _n(r.tokens_read)),
+        ("truncated", f"{_n(r.tokens_truncated)} tokens in {_n(r.samples_truncated)} samples"),
+        ("split", f"{_n(r.samples_split)} samples into {_n(r.pieces_added)} extra sequences (no token lost)"),
+        ("dropped", f"{_n(r.tokens_dropped)} tokens in {_n(r.samples_dropped)} samples"),
+        ("tokens packed", f"{_n(r.tokens_packed)} ({_pct(r.tokens_packed, r.tokens_read)} of read)"),
+        (
+            "loss tokens",
+            f"{_n(r.loss_tokens_packed)} packed of {_n(r.loss_tokens_read)} "
+            f"({_n(r.loss_tokens_truncated + r.loss_tokens_dropped)} cut, "
+            f"{_n(r.loss_tokens_masked_at_boundary)} masked at boundaries)",
+        ),
+        ("packs", f"{_n(r.packs)} (lower bound {_n(m.lower_bound_packs)}, +{m.excess_packs_pct:.3f} %)"),
+        ("sequences", f"{_n(r.sequences_packed)} (up to {m.max_sequences_in_pack} per pack)"),
+        ("utilisation", f"{m.utilisation:.4f} (fill min {m.fill_min:.3f}, balance {m.fill_balance:.3f})"),
+        (
+            "padding avoided",
+            f"{_n(m.padding_avoided_vs_longest)} tokens vs pad-to-longest (batch {m.batch_size}), "
+            f"{_n(m.padding_avoided_vs_capacity)} vs pad-to-capacity",
+        ),
+        (
+            "speed-up",
+            f"{m.speedup_vs_longest:.2f}× vs pad-to-longest (ceiling {m.speedup_ceiling_vs_longest:.2f}×), "
+            f"{m.speedup_vs_capacity:.2f}× vs pad-to-capacity (ceiling {m.speedup_ceiling:.2f}×)",
+        ),
+        ("plan hash", r.plan_hash[:16]),
+        ("time", " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items())),
+    ]
+    if output:
+        rows.append(("output", output))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t

@@ -1,0 +1,213 @@
+"""Reading inputs: JSONL, Parquet, or a saved Hugging Face dataset directory (read with pyarrow alone).
+
+A row is one of three kinds, told apart by its fields: ``messages`` (a list of ``{role, content}``),
+``prompt`` + ``completion``, or pre-tokenized ``input_ids`` (+ optional ``labels`` or ``loss_mask`` and any
+other per-token column). Rows are numbered from 0 in file order (``source_index`` in the output); messages
+name JSONL rows by their 1-based line number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+
+Format = Literal["jsonl", "parquet", "hf"]
+Kind = Literal["messages", "prompt_completion", "tokens"]
+FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf")
+SKIP_HINT = "fix the row or pass --skip-bad-rows (skip_bad_rows=True) to skip and count it"
+
+
+class BadRow(ValueError):
+    """A malformed input row; the message names the file, row, field, value and the fix."""
+
+    def __init__(self, where: str, field_name: str, problem: str, fix: str = SKIP_HINT) -> None:
+        self.where, self.field, self.problem = where, field_name, problem
+        super().__init__(f"{where}: field {field_name!r} {problem}; {fix}")
+
+
+@dataclass
+class RawInput:
+    """Rows as read, before tokenization.
+
+    Attributes:
+        name: what was read (a path, or a description of in-memory data).
+        kind: ``messages``, ``prompt_completion`` or ``tokens``.
+        rows: Python rows (JSONL, iterables); ``None`` marks a row that could not be parsed.
+        table: the Arrow table (Parquet, HF directories, pyarrow/HF inputs); ``rows`` is then None.
+        fingerprint: SHA-256 (hex, 16 chars) of the input bytes.
+        errors: ``(row, message)`` for rows that could not be parsed (only with skip_bad_rows).
+    """
+
+    name: str
+    kind: Kind
+    rows: list | None = None
+    table: pa.Table | None = None
+    fingerprint: str = ""
+    errors: list[tuple[int, str]] = field(default_factory=list)
+    line_numbers: list[int] | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows) if self.rows is not None else self.table.num_rows
+
+    def locate(self, i: int) -> str:
+        """Human name of row ``i``: ``data.jsonl line 12`` or ``data.parquet row 11``."""
+        if self.line_numbers is not None:
+            return f"{self.name} line {self.line_numbers[i]}"
+        return f"{self.name} row {i}"
+
+
+def detect_kind(fields, where: str) -> Kind:
+    fields = set(fields)
+    if "input_ids" in fields:
+        return "tokens"
+    if "messages" in fields:
+        return "messages"
+    if "prompt" in fields and "completion" in fields:
+        return "prompt_completion"
+    raise ValueError(
+        f"{where}: no 'messages', 'prompt' + 'completion' or 'input_ids' field (found: "
+        f"{', '.join(sorted(map(str, fields))) or 'none'}); see README 'Input formats'"
+    )
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def detect_format(path: Path) -> Format:
+    if path.is_dir():
+        if (path / "state.json").exists() or any(path.glob("*.arrow")):
+            return "hf"
+        if any(path.glob("*.parquet")):
+            return "parquet"
+        raise ValueError(f"input {path}: a directory without *.arrow (saved HF dataset) or *.parquet files")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    raise ValueError(f"input {path}: cannot tell the format from {suffix!r}; pass --format jsonl|parquet|hf")
+
+
+def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = False) -> RawInput:  # noqa: A002
+    """Read a JSONL file, a Parquet file or directory, or a saved HF dataset directory.
+
+    Raises:
+        ValueError: the path does not exist, the format is unknown, the file is empty, or (without
+            ``skip_bad_rows``) a line is not valid JSON — naming the file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"input {path} does not exist")
+    fmt = format or detect_format(path)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "jsonl":
+        return _read_jsonl(path, skip_bad_rows)
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+            table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+        else:
+            files = _hf_files(path)
+            table = pa.concat_tables([_read_arrow(f) for f in files], promote_options="default")
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"input {path} cannot be read as {fmt}: {e}") from e
+    if table.num_rows == 0:
+        raise ValueError(f"input {path} is empty (no rows)")
+    kind = detect_kind(table.column_names, str(path))
+    return RawInput(name=str(path), kind=kind, table=table, fingerprint=_digest(files))
+
+
+def _hf_files(path: Path) -> list[Path]:
+    state = path / "state.json"
+    if state.exists():
+        files = [path / f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
+    else:
+        files = sorted(path.glob("*.arrow"))
+    if not files:
+        raise ValueError(f"input {path}: saved HF dataset directory without data files")
+    return files
+
+
+def _read_arrow(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        try:
+            return pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            return pa.ipc.open_file(source).read_all()
+
+
+def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:
+    rows: list = []
+    lines: list[int] = []
+    errors: list[tuple[int, str]] = []
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            h.update(raw)
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                if not isinstance(row, dict):
+                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+            except ValueError as e:
+                msg = f"{path} line {lineno}: malformed JSON ({e}); {SKIP_HINT}"
+                if not skip_bad_rows:
+                    raise ValueError(msg) from None
+                errors.append((len(rows), msg))
+                row = None
+            rows.append(row)
+            lines.append(lineno)
+    if not rows:
+        raise ValueError(f"input {path} is empty (no rows)")
+    first = next((r for r in rows if r is not None), None)
+    if first is None:
+        raise ValueError(f"input {path}: no line is valid JSON ({len(rows)} bad lines)")
+    kind = detect_kind(first.keys(), f"{path} line {lines[rows.index(first)]}")
+    return RawInput(
+        name=str(path), kind=kind, rows=rows, fingerprint=h.hexdigest()[:16], errors=errors, line_numbers=lines
+    )
+
+
+def from_rows(rows, *, name: str = "rows") -> RawInput:
+    """Wrap in-memory rows (an iterable of dicts), a pyarrow Table, or a ``datasets.Dataset``."""
+    if isinstance(rows, pa.Table):
+        return _from_table(rows, name)
+    if type(rows).__module__.startswith("datasets") and hasattr(rows, "data"):
+        return _from_table(rows.flatten_indices().data.table if hasattr(rows, "flatten_indices") else rows.data, name)
+    rows = list(rows)
+    if not rows:
+        raise ValueError(f"{name}: no rows")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"{name} row {i}: expected a dict, got {type(row).__name__}")
+    h = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode())
+    return RawInput(
+        name=name, kind=detect_kind(rows[0].keys(), f"{name} row 0"), rows=rows, fingerprint=h.hexdigest()[:16]
+    )
+
+
+def _from_table(table: pa.Table, name: str) -> RawInput:
+    if table.num_rows == 0:
+        raise ValueError(f"{name}: no rows")
+    h = hashlib.sha256()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    h.update(sink.getvalue().to_pybytes())
+    return RawInput(name=name, kind=detect_kind(table.column_names, name), table=table, fingerprint=h.hexdigest()[:16])

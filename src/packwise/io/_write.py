@@ -1,0 +1,141 @@
+"""Writing and loading a packed dataset directory, atomically.
+
+Layout::
+
+    OUT/
+      packs-00000-of-00002.parquet   one row per pack (schema: see packwise.pipeline._table)
+      packs-00001-of-00002.parquet
+      metadata.json                  settings, fingerprints, token accounting, metrics, plan_hash
+
+Everything is written into a temporary sibling directory and renamed into place at the end, so an
+interrupted write never leaves a partial dataset at ``OUT``. The output holds no timestamps or timings:
+the same input and settings give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FORMAT = "packwise-packed-v1"
+METADATA = "metadata.json"
+ROW_GROUP_PACKS = 256
+
+
+def shard_name(i: int, n: int) -> str:
+    return f"packs-{i:05d}-of-{n:05d}.parquet"
+
+
+def check_output_dir(out, *, overwrite: bool) -> Path:
+    """Refuse a non-empty output directory unless ``overwrite`` (checked before any work is done).
+
+    Raises:
+        ValueError: ``out`` exists and is a file, or is a non-empty directory and ``overwrite`` is False.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output {out} exists and is a file; pass a directory path")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ValueError(f"output directory {out} is not empty; pass --overwrite (overwrite=True) or another path")
+    return out
+
+
+def write_packed(
+    out,
+    tables: Iterator[pa.Table] | list[pa.Table],
+    num_shards: int,
+    metadata: dict,
+    *,
+    overwrite: bool = False,
+    on_shard: Callable[[int], None] | None = None,
+) -> Path:
+    """Write shards and ``metadata.json`` to ``out`` atomically (temporary directory, then rename).
+
+    Args:
+        out: output directory.
+        tables: one Arrow table per shard, in order.
+        num_shards: how many tables ``tables`` yields.
+        metadata: JSON-serialisable settings and counts; ``format`` and ``shards`` are added.
+        overwrite: replace an existing non-empty ``out``.
+        on_shard: called with the packs written after each shard.
+
+    Raises:
+        ValueError: ``out`` is not empty and ``overwrite`` is False.
+    """
+    out = check_output_dir(out, overwrite=overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
+    try:
+        shards = []
+        for i, table in enumerate(tables):
+            name = shard_name(i, num_shards)
+            pq.write_table(table, tmp / name, row_group_size=ROW_GROUP_PACKS)
+            shards.append({"file": name, "packs": table.num_rows})
+            if on_shard is not None:
+                on_shard(table.num_rows)
+        if len(shards) != num_shards:
+            raise RuntimeError(f"packwise internal error: wrote {len(shards)} of {num_shards} shards")
+        meta = {"format": FORMAT, **metadata, "shards": shards}
+        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_metadata(path) -> dict:
+    """The ``metadata.json`` of a packed dataset directory.
+
+    Raises:
+        ValueError: ``path`` is not a packwise packed dataset.
+    """
+    path = Path(path)
+    meta_path = path / METADATA
+    if not meta_path.exists():
+        raise ValueError(f"{path} is not a packwise packed dataset (no {METADATA}); write one with `packwise pack`")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    return meta
+
+
+def packed_files(path) -> list[Path]:
+    """The shard files of a packed dataset, in order."""
+    path = Path(path)
+    return [path / s["file"] for s in read_metadata(path)["shards"]]
+
+
+def load_packed(path) -> pa.Table:
+    """Read a directory written by ``packwise pack`` back as one Arrow table (one row per pack).
+
+    ``datasets.load_dataset("parquet", data_files=str(path / "packs-*.parquet"))`` reads the same files.
+
+    Raises:
+        ValueError: ``path`` is not a packwise packed dataset.
+
+    Example:
+        >>> import tempfile, pyarrow as pa
+        >>> d = tempfile.mkdtemp() + "/out"
+        >>> _ = write_packed(d, [pa.table({"input_ids": [[1, 2], [3]]})], 1, {"capacity": 2})
+        >>> load_packed(d).column("input_ids").to_pylist()
+        [[1, 2], [3]]
+    """
+    files = packed_files(path)
+    return pa.concat_tables([pq.read_table(f) for f in files])

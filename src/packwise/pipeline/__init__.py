@@ -1,0 +1,21 @@
+"""The offline pipeline: read, tokenize, apply the overflow policy, plan, and build packed rows (numpy +
+pyarrow; no torch)."""
+
+from ._overflow import OVERFLOW_POLICIES, Overflow, OverflowCounts, apply_overflow
+from ._pack import pack_columns, pack_dataset, resolve_chat_template
+from ._report import PackReport
+from ._samples import Samples
+from ._table import PackedColumns
+
+__all__ = [
+    "OVERFLOW_POLICIES",
+    "Overflow",
+    "OverflowCounts",
+    "PackReport",
+    "PackedColumns",
+    "Samples",
+    "apply_overflow",
+    "pack_columns",
+    "pack_dataset",
+    "resolve_chat_template",
+]

@@ -1,0 +1,189 @@
+"""``pack_dataset``: read -> validate/tokenize -> overflow -> plan -> packed table, with a report."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import __version__
+from ..constants import IGNORE_INDEX
+from ..io._read import Format, RawInput, from_rows, read_input
+from ..plan import plan_packs
+from ._overflow import Overflow, apply_overflow
+from ._report import PackReport
+from ._samples import tokenize_rows, tokens_from_rows
+from ._table import PackedColumns
+
+#: ``progress(stage, total)`` returns a function that advances that stage by ``n``.
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+def resolve_chat_template(chat_template: str | None) -> str | None:
+    """``None`` (the tokenizer's own), ``"chatml"`` (ours), a ``.jinja`` file path, or a template string."""
+    if chat_template is None:
+        return None
+    if chat_template == "chatml":
+        from ..tokenize import chatml_template
+
+        return chatml_template()
+    if chat_template.endswith((".jinja", ".j2")):
+        path = Path(chat_template)
+        if not path.exists():
+            raise ValueError(f"chat template file {chat_template} does not exist")
+        return path.read_text()
+    return chat_template
+
+
+def _as_input(data, format: Format | None, skip_bad_rows: bool) -> RawInput:  # noqa: A002
+    if isinstance(data, RawInput):
+        return data
+    if callable(data) and not hasattr(data, "column_names"):
+        return _as_input(data(), format, skip_bad_rows)
+    if isinstance(data, (str, os.PathLike)):
+        return read_input(data, format=format, skip_bad_rows=skip_bad_rows)
+    return from_rows(data, name=type(data).__name__)
+
+
+def pack_columns(
+    data,
+    *,
+    capacity: int = 4096,
+    tokenizer=None,
+    algorithm: str = "best_fit_decreasing",
+    seed: int | None = None,
+    overflow: Overflow = "truncate",
+    loss_on: str = "assistant",
+    chat_template: str | None = None,
+    skip_bad_rows: bool = False,
+    max_sequences_per_pack: int | None = None,
+    format: Format | None = None,  # noqa: A002
+    progress: Progress | None = None,
+) -> tuple[PackedColumns, PackReport]:
+    """:func:`pack_dataset` without the final table: the flat packed columns (for sharded writes)."""
+    from ..tokenize import load_tokenizer, tokenizer_fingerprint, tokenizer_name
+
+    if loss_on not in ("assistant", "all"):
+        raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    raw = _as_input(data, format, skip_bad_rows)
+    timings["read"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    template = resolve_chat_template(chat_template)
+    if raw.kind == "tokens":
+        tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+        samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=skip_bad_rows)
+    else:
+        tok = load_tokenizer(tokenizer if tokenizer is not None else "qwen2.5")
+        advance = progress("tokenize", raw.num_rows) if progress else None
+        samples, skipped = tokenize_rows(
+            raw, tok, loss_on=loss_on, chat_template=template, skip_bad_rows=skip_bad_rows, progress=advance
+        )
+    timings["tokenize"] = time.perf_counter() - t
+    if samples.num_sequences == 0:
+        raise ValueError(f"{raw.name}: no usable rows ({len(skipped)} skipped); nothing to pack")
+    # HF shifts labels inside the loss, so a sample's first label is never a target: normalise it to -100
+    # and count only real targets as loss tokens.
+    samples.labels[samples.offsets[:-1]] = IGNORE_INDEX
+    tokens_read = samples.num_tokens
+    loss_read = int((samples.labels != IGNORE_INDEX).sum())
+
+    t = time.perf_counter()
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
+    samples, oc = apply_overflow(samples, capacity, overflow, raw.locate)
+    timings["overflow"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    plan = plan_packs(
+        samples.lengths,
+        capacity=capacity,
+        algorithm=algorithm,
+        seed=seed,
+        max_sequences_per_pack=max_sequences_per_pack,
+    )
+    timings["plan"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    packed = PackedColumns.build(samples, plan)
+    timings["assemble"] = time.perf_counter() - t
+
+    loss_packed = int((packed.labels != IGNORE_INDEX).sum())
+    report = PackReport(
+        input=raw.name,
+        input_fingerprint=raw.fingerprint,
+        tokenizer=tokenizer_name(tok) if tok is not None else None,
+        tokenizer_fingerprint=tokenizer_fingerprint(tok, template) if tok is not None else None,
+        capacity=capacity,
+        algorithm=plan.algorithm,
+        seed=plan.seed,
+        overflow=overflow,
+        loss_on=loss_on,
+        rows_read=raw.num_rows,
+        rows_skipped=len(skipped),
+        samples=raw.num_rows - len(skipped),
+        tokens_read=tokens_read,
+        loss_tokens_read=loss_read,
+        samples_truncated=oc.samples_truncated,
+        tokens_truncated=oc.tokens_truncated,
+        loss_tokens_truncated=oc.loss_tokens_truncated,
+        samples_split=oc.samples_split,
+        pieces_added=oc.pieces_added,
+        samples_dropped=oc.samples_dropped,
+        tokens_dropped=oc.tokens_dropped,
+        loss_tokens_dropped=oc.loss_tokens_dropped,
+        sequences_packed=plan.num_sequences,
+        tokens_packed=int(packed.ids.shape[0]),
+        loss_tokens_packed=loss_packed,
+        loss_tokens_masked_at_boundary=packed.loss_tokens_masked_at_boundary,
+        packs=plan.num_packs,
+        plan_hash=plan.plan_hash(),
+        metrics=plan.metrics(),
+        packwise_version=__version__,
+        timings=timings,
+        skipped_examples=[msg for _, msg in skipped[:5]],
+    )
+    report.check()
+    return packed, report
+
+
+def pack_dataset(data, *, capacity: int = 4096, **options):
+    """Pack a dataset into rows of at most ``capacity`` tokens — the drop-in for TRL users.
+
+    Args:
+        data: a path (JSONL, Parquet, saved HF dataset directory), a ``datasets.Dataset``, a
+            ``pyarrow.Table``, an iterable of dict rows, or a function returning one of those. Rows hold
+            ``messages``, ``prompt`` + ``completion``, or pre-tokenized ``input_ids`` (+ ``labels`` or
+            ``loss_mask``, + per-token columns).
+        capacity: tokens per pack.
+        **options: ``tokenizer`` (``"qwen2.5"`` default for text, ``"smollm2"``, a path, or a tokenizer),
+            ``algorithm``, ``seed``, ``overflow`` (``truncate``/``split``/``drop``/``error``), ``loss_on``
+            (``assistant``/``all``), ``chat_template`` (``"chatml"``, a string or a ``.jinja`` path),
+            ``skip_bad_rows``, ``max_sequences_per_pack``, ``format``, ``progress``.
+
+    Returns:
+        ``(packed, report)``: a ``pyarrow.Table`` (a ``datasets.Dataset`` when given one) with the columns
+        described in ``packwise.pipeline._table``, and a :class:`PackReport`.
+
+    Raises:
+        ValueError: bad input (naming file, row, field and fix), bad options, or overflow='error' on a long
+            sample.
+
+    Example:
+        >>> rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}, {"input_ids": [7, 8]}]
+        >>> table, report = pack_dataset(rows, capacity=6)
+        >>> table.column("input_ids").to_pylist(), table.column("labels").to_pylist()
+        ([[1, 2, 3, 4, 5, 6], [7, 8]], [[-100, 2, 3, -100, 5, 6], [-100, 8]])
+        >>> table.column("seq_lengths").to_pylist(), report.metrics.utilisation
+        ([[3, 3], [2]], 0.666...)
+    """
+    packed, report = pack_columns(data, capacity=capacity, **options)
+    table = packed.table()
+    if type(data).__module__.startswith("datasets"):
+        import datasets
+
+        return datasets.Dataset(table), report
+    return table, report

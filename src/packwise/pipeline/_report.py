@@ -1,0 +1,71 @@
+"""The pack report: exact token accounting plus the plan's metrics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..plan import PackingMetrics
+
+
+@dataclass(frozen=True)
+class PackReport:
+    """What ``pack_dataset`` read, changed and produced. Counts are exact; tokens are tokens.
+
+    Accounting identities (checked before the report is returned):
+    ``tokens_read == tokens_packed + tokens_truncated + tokens_dropped`` and
+    ``loss_tokens_read == loss_tokens_packed + loss_tokens_truncated + loss_tokens_dropped
+    + loss_tokens_masked_at_boundary``. A loss token is masked at a boundary when it starts a packed
+    sequence (the first piece of a split sample keeps its loss; later pieces lose their first target).
+    Loss tokens are *targets*: labels != -100 after a sample's first token (HF shifts labels, so a sample's
+    first label is never a target and is normalised to -100 on read).
+    """
+
+    input: str
+    input_fingerprint: str
+    tokenizer: str | None
+    tokenizer_fingerprint: str | None
+    capacity: int
+    algorithm: str
+    seed: int | None
+    overflow: str
+    loss_on: str
+    rows_read: int
+    rows_skipped: int
+    samples: int
+    tokens_read: int
+    loss_tokens_read: int
+    samples_truncated: int
+    tokens_truncated: int
+    loss_tokens_truncated: int
+    samples_split: int
+    pieces_added: int
+    samples_dropped: int
+    tokens_dropped: int
+    loss_tokens_dropped: int
+    sequences_packed: int
+    tokens_packed: int
+    loss_tokens_packed: int
+    loss_tokens_masked_at_boundary: int
+    packs: int
+    plan_hash: str
+    metrics: PackingMetrics
+    packwise_version: str
+    timings: dict[str, float] = field(default_factory=dict)
+    skipped_examples: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""
+        return asdict(self)
+
+    def check(self) -> None:
+        """Raise ``RuntimeError`` if a token is unaccounted for (a packwise bug, never user error)."""
+        if self.tokens_read != self.tokens_packed + self.tokens_truncated + self.tokens_dropped:
+            raise RuntimeError(f"packwise internal error: token accounting does not balance: {self}")
+        loss_out = (
+            self.loss_tokens_packed
+            + self.loss_tokens_truncated
+            + self.loss_tokens_dropped
+            + self.loss_tokens_masked_at_boundary
+        )
+        if self.loss_tokens_read != loss_out:
+            raise RuntimeError(f"packwise internal error: loss-token accounting does not balance: {self}")

