@@ -167,13 +167,17 @@ class HistogramBuilder:
         return start
 
     def finalize(self, groups: list[tuple[int, int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray]:
-        """Turn final groups ``(start, g, events)`` into ``(order, offsets)``; empty packs are dropped."""
+        """Turn final groups ``(start, g, events)`` into ``(order, offsets)``; empty packs are dropped.
+
+        Large (group, event) blocks are copied with strided numpy slices; the many small ones are gathered
+        in one vectorised pass, so the Python work stays proportional to the number of large blocks.
+        """
         sorted_idx = sort_by_length_desc(self._lengths, self.capacity)
         groups = sorted(groups)
         ev_k, ev_bin, ev_g, ev_src, ev_rev = self.ev_k, self.ev_bin, self.ev_g, self.ev_src, self.ev_rev
         order = np.empty(self.n, dtype=np.int64)
-        per_pack = []
-        repeats = []
+        per_pack, repeats = [], []
+        small: list[tuple[int, int, int, int, int, int, bool]] = []  # (dst, g, tk, p0, k, src, reverse)
         base = 0
         for start, g, events in groups:
             tk = sum(ev_k[e] for e in events)
@@ -181,29 +185,51 @@ class HistogramBuilder:
                 continue
             per_pack.append(tk)
             repeats.append(g)
-            block = order[base : base + g * tk].reshape(g, tk)
+            block = order[base : base + g * tk].reshape(g, tk) if g * tk >= _BLOCK else None
             p0 = 0
             for e in events:
                 k = ev_k[e]
-                if ev_rev[e]:
+                rev = ev_rev[e]
+                if rev:
                     src = ev_src[e] + (ev_bin[e] + ev_g[e] - start - g) * k
-                    chunk = sorted_idx[src : src + g * k].reshape(g, k)[::-1]
                 else:
                     src = ev_src[e] + (start - ev_bin[e]) * k
-                    chunk = sorted_idx[src : src + g * k].reshape(g, k)
-                if k < g:  # copy column by column: long strided runs instead of g tiny rows
-                    for j in range(k):
-                        block[:, p0 + j] = chunk[:, j]
+                if block is None or g * k < _BLOCK:
+                    small.append((base, g, tk, p0, k, src, rev))
                 else:
-                    block[:, p0 : p0 + k] = chunk
+                    chunk = sorted_idx[src : src + g * k].reshape(g, k)
+                    if rev:
+                        chunk = chunk[::-1]
+                    if k < g:  # column by column: long strided runs instead of g tiny rows
+                        for j in range(k):
+                            block[:, p0 + j] = chunk[:, j]
+                    else:
+                        block[:, p0 : p0 + k] = chunk
                 p0 += k
             base += g * tk
         if base != self.n:  # internal invariant, not user input
             raise RuntimeError(f"packwise internal error: planned {base} of {self.n} sequences")
+        if small:
+            _gather_small(order, sorted_idx, np.asarray(small, dtype=np.int64))
         sizes = np.repeat(np.asarray(per_pack, dtype=np.int64), np.asarray(repeats, dtype=np.int64))
         offsets = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         return order, offsets
+
+
+_BLOCK = 32  # blocks with at least this many sequences are copied with strided slices
+
+
+def _gather_small(order: np.ndarray, sorted_idx: np.ndarray, rows: np.ndarray) -> None:
+    """Vectorised copy of many small (group, event) blocks: ``rows`` columns are (dst, g, tk, p0, k, src, rev)."""
+    dst0, g, tk, p0, k, src0, rev = rows.T
+    n = g * k
+    row = np.repeat(np.arange(rows.shape[0]), n)
+    i = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    kk = k[row]
+    b, j = np.divmod(i, kk)  # pack within the group, position within the event's share
+    src_b = np.where(rev[row] == 1, g[row] - 1 - b, b)
+    order[dst0[row] + b * tk[row] + p0[row] + j] = sorted_idx[src0[row] + src_b * kk + j]
 
 
 class GroupStore:

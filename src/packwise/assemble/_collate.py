@@ -1,0 +1,263 @@
+"""``collate_packs``: packs -> one batch whose columns and types are decided over the whole batch.
+
+A column present in any pack is a tensor in the batch, filled with its pad value where a pack lacks it,
+so a text-only pack first in a batch can never turn ``mm_token_type_ids`` into a list. Each pack's slice
+of the batch is identical under any permutation of the packs.
+
+Segments: every real sequence is a segment; a pack's tail padding (and the batch's own padding to
+``pad_to_multiple_of``) is one more segment with real length 0, so ``cu_seqlens`` (real lengths) and
+``cu_seqlens_padded`` (physical) have the same size and the physical segments tile every token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from ..constants import IGNORE_INDEX
+from ._pack import PackedSequence
+
+Layout = Literal["thd", "padded"]
+#: Batch keys that are not per-token tensors.
+NON_TOKEN_KEYS = frozenset(
+    {
+        "cu_seqlens",
+        "cu_seqlens_padded",
+        "cu_seq_lens_q",
+        "cu_seq_lens_k",
+        "cu_pack_tokens",
+        "num_sequences",
+        "max_seqlen",
+        "max_seqlen_padded",
+        "max_length_q",
+        "max_length_k",
+        "total_tokens",
+        "metadata",
+        "layout",
+        "cp_size",
+        "cp_rank",
+    }
+)
+
+
+def _column_specs(packs: Sequence[PackedSequence]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    specs: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    for i, p in enumerate(packs):
+        for name, col in p.columns.items():
+            shape, dtype = tuple(col.shape[1:]), col.dtype
+            if name in specs:
+                if specs[name][0] != shape:
+                    raise ValueError(
+                        f"column {name!r}: per-token shape {shape} in pack {i} differs from {specs[name][0]} "
+                        "in an earlier pack"
+                    )
+                dtype = torch.promote_types(specs[name][1], dtype)
+            specs[name] = (shape, dtype)
+    return dict(sorted(specs.items()))
+
+
+def _segments(p: PackedSequence) -> tuple[list[int], list[int]]:
+    """(real, physical) length of every segment of a pack, tail included."""
+    real, phys = p.segments()
+    return real.tolist(), phys.tolist()
+
+
+def _tail_positions(start: int, n: int, mrope: bool) -> torch.Tensor:
+    t = torch.arange(start, start + n, dtype=torch.int64)
+    return t.expand(3, -1) if mrope else t
+
+
+def collate_packs(
+    packs: Sequence[PackedSequence],
+    *,
+    layout: Layout = "thd",
+    pad_to_multiple_of: int = 1,
+    pad_values: Mapping[str, float] | None = None,
+    pad_token_id: int = 0,
+) -> dict:
+    """Batch packs for training.
+
+    Args:
+        packs: P :class:`PackedSequence` objects (from ``assemble_pack`` or ``PackedParquetDataset``).
+        layout: ``"thd"`` — one row ``[1, ΣT]``; ``"padded"`` — ``[P, S]`` rows, ``S`` the longest pack.
+        pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this.
+        pad_values: pad value per extra column for packs that lack it and for batch padding (default 0).
+        pad_token_id: ``input_ids`` value on batch padding.
+
+    Returns:
+        A dict. Tensors: ``input_ids``, ``labels``, ``seq_idx`` (int32), ``padding_mask`` (bool) and extra
+        columns as ``[1, T]`` (thd) or ``[P, S]`` (padded) (``[..., *trailing]`` for multi-dim columns);
+        ``position_ids`` ``[1, T]`` / ``[P, S]`` or MRoPE ``[3, 1, T]`` / ``[3, P, S]`` (text-only packs get
+        three identical rows when any pack is MRoPE); ``cu_seqlens`` / ``cu_seqlens_padded`` (int32; thd:
+        ``(M+1,)`` over all M segments; padded: ``[P, maxM+1]`` per row, repeated last value);
+        ``cu_seq_lens_q/k`` (int32 physical segment boundaries over the flattened tokens, the keys HF
+        flash-attention reads); ``num_sequences`` ``[P]`` int32; ``cu_pack_tokens`` ``(P+1,)`` int32 token
+        offset of each pack in the flattened batch. Python ints: ``max_length_q/k`` (longest physical
+        segment), ``max_seqlen`` (longest real sequence), ``max_seqlen_padded``, ``total_tokens``.
+        ``layout`` (str). ``metadata``: a dict of per-pack lists of per-sequence values (non-tensor data
+        stays a list).
+
+    Raises:
+        ValueError: no packs, a column whose per-token shape differs between packs, input_ids in some
+            packs only, an unknown layout, ``pad_to_multiple_of < 1``.
+
+    Example:
+        >>> from packwise.assemble import assemble_pack
+        >>> a = assemble_pack([{"input_ids": [1, 2]}])
+        >>> b = assemble_pack([{"input_ids": [3, 4, 5], "mm_token_type_ids": [0, 1, 1]}])
+        >>> batch = collate_packs([a, b])
+        >>> batch["input_ids"].tolist(), batch["mm_token_type_ids"].tolist(), batch["cu_seq_lens_q"].tolist()
+        ([[1, 2, 3, 4, 5]], [[0, 0, 0, 1, 1]], [0, 2, 5])
+    """
+    if not packs:
+        raise ValueError("collate_packs needs at least one pack")
+    if layout not in ("thd", "padded"):
+        raise ValueError(f"unknown layout {layout!r}; use 'thd' or 'padded'")
+    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
+        raise ValueError(f"pad_to_multiple_of must be an integer >= 1, got {pad_to_multiple_of!r}")
+    has_ids = {p.input_ids is not None for p in packs}
+    if len(has_ids) > 1:
+        raise ValueError("input_ids present in some packs but not others")
+    pad_values = dict(pad_values or {})
+    specs = _column_specs(packs)
+    mrope = any(p.position_ids.dim() == 2 for p in packs)
+    rows = [_row(p, specs, mrope, pad_values) for p in packs]
+    meta_keys = sorted({k for p in packs for k in p.metadata})
+    metadata = {k: [p.metadata.get(k, [None] * p.num_sequences) for p in packs] for k in meta_keys}
+    pad_id = {"input_ids": pad_token_id, "labels": IGNORE_INDEX, "padding_mask": True, **pad_values}
+    if layout == "thd":
+        batch = _thd(packs, rows, mrope, pad_to_multiple_of, pad_id)
+    else:
+        batch = _padded(packs, rows, mrope, pad_to_multiple_of, pad_id)
+    if not has_ids.pop():
+        del batch["input_ids"]
+    if metadata:
+        batch["metadata"] = metadata
+    return batch
+
+
+def _row(p: PackedSequence, specs, mrope: bool, pad_values) -> dict[str, torch.Tensor]:
+    row = {
+        "input_ids": p.input_ids if p.input_ids is not None else torch.zeros(p.total_tokens, dtype=torch.int64),
+        "labels": p.labels,
+        "position_ids": p.position_ids.expand(3, -1) if mrope and p.position_ids.dim() == 1 else p.position_ids,
+        "padding_mask": p.padding_mask,
+    }
+    for name, (shape, dtype) in specs.items():
+        col = p.columns.get(name)
+        if col is None:
+            col = torch.full((p.total_tokens, *shape), pad_values.get(name, 0), dtype=dtype, device=p.labels.device)
+        row[name] = col.to(dtype)
+    return row
+
+
+def _pad_row(row: dict[str, torch.Tensor], extra: int, pad_id: dict, pos_start: int, mrope: bool) -> dict:
+    if not extra:
+        return row
+    out = {}
+    for name, t in row.items():
+        if name == "position_ids":
+            tail = _tail_positions(pos_start, extra, mrope).to(t.device)
+            out[name] = torch.cat([t, tail], dim=-1)
+        else:
+            fill = torch.full((extra, *t.shape[1:]), pad_id.get(name, 0), dtype=t.dtype, device=t.device)
+            out[name] = torch.cat([t, fill])
+    return out
+
+
+def _thd(packs, rows, mrope, multiple, pad_id) -> dict:
+    total = sum(p.total_tokens for p in packs)
+    extra = -total % multiple
+    segs = [p.segments() for p in packs]
+    real = np.concatenate([r for r, _ in segs] + ([np.zeros(1, dtype=np.int64)] if extra else []))
+    phys = np.concatenate([ph for _, ph in segs] + ([np.full(1, extra, dtype=np.int64)] if extra else []))
+    batch = {}
+    for name in rows[0]:
+        parts = [r[name] for r in rows]
+        cat = torch.cat(parts, dim=-1 if name == "position_ids" else 0) if len(parts) > 1 else parts[0]
+        if extra:
+            cat = _pad_row({name: cat}, extra, pad_id, 0, mrope)[name]
+        batch[name] = cat.unsqueeze(-2) if name == "position_ids" and mrope else cat.unsqueeze(0)
+    device = batch["labels"].device
+    seq_idx = np.repeat(np.arange(phys.shape[0], dtype=np.int32), phys)
+    cu = np.zeros(real.shape[0] + 1, dtype=np.int32)
+    np.cumsum(real, out=cu[1:])
+    cu_padded = np.zeros(phys.shape[0] + 1, dtype=np.int32)
+    np.cumsum(phys, out=cu_padded[1:])
+    pack_tokens = np.zeros(len(packs) + 1, dtype=np.int32)
+    np.cumsum([p.total_tokens for p in packs], out=pack_tokens[1:])
+    cu_t = torch.from_numpy(cu_padded).to(device)
+    batch.update(
+        seq_idx=torch.from_numpy(seq_idx).to(device).unsqueeze(0),
+        cu_seqlens=torch.from_numpy(cu).to(device),
+        cu_seqlens_padded=cu_t,
+        cu_seq_lens_q=cu_t,
+        cu_seq_lens_k=cu_t,
+        max_length_q=int(phys.max()),
+        max_length_k=int(phys.max()),
+        max_seqlen=max(p.max_seqlen for p in packs),
+        max_seqlen_padded=max(int(ph[: p.num_sequences].max()) for p, (_, ph) in zip(packs, segs)),
+        num_sequences=torch.tensor([p.num_sequences for p in packs], dtype=torch.int32),
+        cu_pack_tokens=torch.from_numpy(pack_tokens),
+        total_tokens=total + extra,
+        layout="thd",
+    )
+    return batch
+
+
+def _padded(packs, rows, mrope, multiple, pad_id) -> dict:
+    width = max(p.total_tokens for p in packs)
+    width += -width % multiple
+    padded_rows, seq_rows, reals, physs = [], [], [], []
+    for p, row in zip(packs, rows):
+        extra = width - p.total_tokens
+        last = int(p.position_ids[..., -1].max()) + 1 if p.tail else 0  # extend a tail, else a new segment
+        padded_rows.append(_pad_row(row, extra, pad_id, last, mrope))
+        r, ph = _segments(p)
+        sidx = p.seq_idx.to(torch.int32)
+        if extra:
+            if p.tail:
+                ph[-1] += extra
+                sidx = torch.cat([sidx, torch.full((extra,), len(ph) - 1, dtype=torch.int32)])
+            else:
+                r.append(0)
+                ph.append(extra)
+                sidx = torch.cat([sidx, torch.full((extra,), len(ph) - 1, dtype=torch.int32)])
+        seq_rows.append(sidx)
+        reals.append(r)
+        physs.append(ph)
+    batch = {}
+    for name in padded_rows[0]:
+        batch[name] = torch.stack([r[name] for r in padded_rows], dim=-2 if name == "position_ids" and mrope else 0)
+    batch["seq_idx"] = torch.stack(seq_rows)
+    m = max(len(r) for r in reals)
+    cu = torch.zeros(len(packs), m + 1, dtype=torch.int32)
+    cu_padded = torch.zeros(len(packs), m + 1, dtype=torch.int32)
+    for i, (r, ph) in enumerate(zip(reals, physs)):
+        cu[i, 1 : len(r) + 1] = torch.cumsum(torch.tensor(r), 0)
+        cu[i, len(r) + 1 :] = cu[i, len(r)]
+        cu_padded[i, 1 : len(ph) + 1] = torch.cumsum(torch.tensor(ph), 0)
+        cu_padded[i, len(ph) + 1 :] = cu_padded[i, len(ph)]
+    flat = [0]
+    for i, ph in enumerate(physs):
+        flat += (i * width + torch.cumsum(torch.tensor(ph), 0)).tolist()
+    flat_cu = torch.tensor(flat, dtype=torch.int32)
+    device = batch["labels"].device
+    batch.update(
+        cu_seqlens=cu.to(device),
+        cu_seqlens_padded=cu_padded.to(device),
+        cu_seq_lens_q=flat_cu.to(device),
+        cu_seq_lens_k=flat_cu.to(device),
+        max_length_q=max(max(ph) for ph in physs),
+        max_length_k=max(max(ph) for ph in physs),
+        max_seqlen=max(p.max_seqlen for p in packs),
+        max_seqlen_padded=max(p.max_seqlen_padded for p in packs),
+        num_sequences=torch.tensor([p.num_sequences for p in packs], dtype=torch.int32),
+        cu_pack_tokens=torch.arange(len(packs) + 1, dtype=torch.int32) * width,
+        total_tokens=width * len(packs),
+        layout="padded",
+    )
+    return batch

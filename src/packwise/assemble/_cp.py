@@ -1,0 +1,123 @@
+"""Context parallelism: the zigzag split of every physical segment, and its exact inverse.
+
+Source: Megatron-LM / Transformer Engine THD context parallelism (``thd_get_partitioned_indices``),
+NeMo-RL ``_get_tokens_on_this_cp_rank``: each padded sequence is cut into ``2·cp`` equal chunks and rank
+``r`` keeps chunks ``r`` and ``2·cp-1-r``, which balances causal-attention work across ranks. A length
+that is not divisible by ``2·cp`` is an error here — Transformer Engine silently rounds it down
+(TE #1929/#1930).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ._collate import NON_TOKEN_KEYS
+
+
+def _check(cp_size: int, cp_rank: int | None = None) -> None:
+    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+        raise ValueError(f"cp_size must be an integer >= 1, got {cp_size!r}")
+    if cp_rank is not None and not (isinstance(cp_rank, int) and 0 <= cp_rank < cp_size):
+        raise ValueError(f"cp_rank must be in [0, {cp_size}), got {cp_rank!r}")
+
+
+def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
+    """``(T / cp_size,)`` int64 token indices rank ``cp_rank`` keeps, segment by segment.
+
+    Raises:
+        ValueError: a physical segment's length is not divisible by ``2 * cp_size``.
+
+    Example:
+        >>> cp_indices(torch.tensor([0, 8]), 2, 0).tolist(), cp_indices(torch.tensor([0, 8]), 2, 1).tolist()
+        ([0, 1, 6, 7], [2, 3, 4, 5])
+    """
+    _check(cp_size, cp_rank)
+    cu = cu_seqlens_padded.to(torch.int64).cpu()
+    lengths = cu.diff()
+    if cp_size == 1:
+        return torch.arange(int(cu[-1]), dtype=torch.int64)
+    bad = torch.nonzero(lengths % (2 * cp_size)).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(
+            f"segment {i} (tokens {int(cu[i])}..{int(cu[i + 1])}) has {int(lengths[i])} tokens, not divisible by "
+            f"2*cp_size={2 * cp_size}; align every sequence and the pack length with "
+            f"packwise.plan.alignment_multiple(cp={cp_size}) (assemble_pack(alignment=..., pad_to=...))"
+        )
+    chunk = lengths // (2 * cp_size)
+    starts = cu[:-1]
+    first = starts + cp_rank * chunk
+    second = starts + (2 * cp_size - 1 - cp_rank) * chunk
+    seg_starts = torch.stack([first, second], dim=1).flatten()
+    seg_len = chunk.repeat_interleave(2)
+    offsets = torch.cumsum(seg_len, 0) - seg_len
+    return torch.arange(int(seg_len.sum())) - torch.repeat_interleave(offsets - seg_starts, seg_len)
+
+
+def _token_axis(name: str, t: torch.Tensor) -> int:
+    return t.dim() - 1 if name == "position_ids" else 1
+
+
+def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> dict:
+    """This rank's share of a ``layout="thd"`` batch: every per-token tensor is zigzag-split.
+
+    Boundary tensors (``cu_seqlens*``, ``max_*``) stay global, as Transformer Engine expects; ``cp_size``
+    and ``cp_rank`` are added.
+
+    Raises:
+        ValueError: not a thd batch, bad ``cp_size``/``cp_rank``, a segment length not divisible by
+            ``2 * cp_size``, or a per-token tensor whose length is not the batch's token count.
+
+    Example:
+        >>> from packwise.assemble import assemble_pack, collate_packs
+        >>> batch = collate_packs([assemble_pack([{"input_ids": list(range(8))}])])
+        >>> shard_for_context_parallel(batch, cp_size=2, cp_rank=1)["input_ids"].tolist()
+        [[2, 3, 4, 5]]
+    """
+    if batch.get("layout") != "thd":
+        raise ValueError("shard_for_context_parallel needs a layout='thd' batch from collate_packs")
+    _check(cp_size, cp_rank)
+    idx = cp_indices(batch["cu_seqlens_padded"], cp_size, cp_rank)
+    total = int(batch["cu_seqlens_padded"][-1])
+    out = dict(batch)
+    for name, t in batch.items():
+        if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
+            continue
+        axis = _token_axis(name, t)
+        if t.shape[axis] != total:
+            raise ValueError(f"batch[{name!r}] has {t.shape[axis]} tokens on axis {axis}, expected {total}")
+        out[name] = t.index_select(axis, idx.to(t.device))
+    out["cp_size"], out["cp_rank"] = cp_size, cp_rank
+    return out
+
+
+def unshard_context_parallel(shards: Sequence[dict]) -> dict:
+    """Inverse of :func:`shard_for_context_parallel`: the shards of ranks ``0 .. cp-1`` -> the full batch.
+
+    Raises:
+        ValueError: shards missing, out of rank order, or from different batches.
+    """
+    if not shards:
+        raise ValueError("unshard_context_parallel needs the shards of every rank")
+    cp_size = shards[0].get("cp_size")
+    if cp_size != len(shards) or [s.get("cp_rank") for s in shards] != list(range(len(shards))):
+        raise ValueError(f"need shards of ranks 0..{len(shards) - 1} in order, each with cp_size={len(shards)}")
+    cu = shards[0]["cu_seqlens_padded"]
+    if any(not torch.equal(s["cu_seqlens_padded"], cu) for s in shards):
+        raise ValueError("shards come from different batches (cu_seqlens_padded differ)")
+    total = int(cu[-1])
+    indices = [cp_indices(cu, cp_size, r) for r in range(cp_size)]
+    out = {k: v for k, v in shards[0].items() if k not in ("cp_size", "cp_rank")}
+    for name, t in shards[0].items():
+        if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
+            continue
+        axis = _token_axis(name, t)
+        shape = list(t.shape)
+        shape[axis] = total
+        full = torch.empty(shape, dtype=t.dtype, device=t.device)
+        for s, idx in zip(shards, indices):
+            full.index_copy_(axis, idx.to(t.device), s[name])
+        out[name] = full
+    return out

@@ -1,0 +1,86 @@
+"""``flatten_padded_batch``: an already collated, right-padded ``[B, S]`` batch -> one tight THD pack.
+
+This is Megatron-Bridge's ``pack_language_shard`` case (a whole data-parallel shard becomes one pack,
+no length budget). The real lengths come from the caller — never inferred from ``loss_mask`` or pad
+values, which would merge or split documents whenever a pad id appears inside a sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from ._pack import PackedSequence, assemble_pack
+
+
+def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> PackedSequence:
+    """Concatenate each row's real prefix into one pack; positions and labels are kept as given.
+
+    Args:
+        batch: right-padded tensors: ``input_ids`` ``[B, S]`` (may be absent on pipeline stages that only
+            carry labels), ``labels``, ``loss_mask``, ``position_ids`` ``[B, S]`` or MRoPE ``[3, B, S]``, an
+            optional ``attention_mask`` ``[B, S]`` (used only to verify right-padding), and other per-token
+            columns ``[B, S, ...]``.
+        lengths: ``(B,)`` real tokens per row (list or tensor).
+
+    Returns:
+        A :class:`PackedSequence` of ``ΣB lengths`` tokens; the first label of every row is -100.
+
+    Raises:
+        ValueError: no tensor to take a device from, shapes that disagree, lengths out of ``[0, S]``, a
+            total of zero tokens, or an ``attention_mask`` that is not right-padded to ``lengths``.
+
+    Example:
+        >>> import torch
+        >>> b = {"input_ids": torch.tensor([[1, 2, 0], [3, 4, 5]]), "labels": torch.tensor([[1, 2, -100], [3, 4, 5]])}
+        >>> p = flatten_padded_batch(b, lengths=[2, 3])
+        >>> p.input_ids.tolist(), p.labels.tolist(), p.position_ids.tolist()
+        ([1, 2, 3, 4, 5], [-100, 2, -100, 4, 5], [0, 1, 0, 1, 2])
+    """
+    tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise ValueError("flatten_padded_batch: no tensor in the batch to take a device and shape from")
+    lengths = torch.as_tensor(lengths, dtype=torch.int64).flatten().cpu()
+    ref_name = (
+        next(k for k in ("input_ids", "labels", "loss_mask") if k in tensors)
+        if any(k in tensors for k in ("input_ids", "labels", "loss_mask"))
+        else next(iter(tensors))
+    )
+    ref = tensors[ref_name]
+    if ref.dim() < 2:
+        raise ValueError(f"batch[{ref_name!r}] has shape {tuple(ref.shape)}; expected [B, S]")
+    b, s = int(ref.shape[0]), int(ref.shape[1])
+    if lengths.shape[0] != b:
+        raise ValueError(f"lengths has {lengths.shape[0]} entries for a batch of {b} rows")
+    if bool((lengths < 0).any()) or bool((lengths > s).any()):
+        raise ValueError(f"lengths must be in [0, {s}] (the row width), got {lengths.tolist()}")
+    if int(lengths.sum()) == 0:
+        raise ValueError("flatten_padded_batch: total length is 0 tokens; nothing to pack")
+    for name, t in tensors.items():
+        if name == "position_ids" and t.dim() == 3:
+            ok = t.shape[0] == 3 and tuple(t.shape[1:]) == (b, s)
+        else:
+            ok = tuple(t.shape[:2]) == (b, s)
+        if not ok:
+            raise ValueError(f"batch[{name!r}] has shape {tuple(t.shape)}; expected [{b}, {s}, ...] like {ref_name!r}")
+    mask = tensors.get("attention_mask")
+    if mask is not None:
+        expect = torch.arange(s) < lengths[:, None]
+        if not torch.equal(mask.bool().cpu(), expect):
+            row = int(torch.nonzero((mask.bool().cpu() != expect).any(dim=1))[0])
+            raise ValueError(
+                f"row {row} is not right-padded to its length {int(lengths[row])} (attention_mask disagrees)"
+            )
+    sequences = []
+    for row in range(b):
+        n = int(lengths[row])
+        if n == 0:
+            continue
+        seq = {}
+        for name, t in tensors.items():
+            if name == "attention_mask":
+                continue
+            seq[name] = t[:, row, :n] if name == "position_ids" and t.dim() == 3 else t[row, :n]
+        sequences.append(seq)
+    return assemble_pack(sequences)

@@ -1,0 +1,424 @@
+"""``assemble_pack``: sequences -> one THD pack, every per-token column aligned by construction.
+
+Notation: ``N`` sequences in the pack, ``T`` tokens in it after padding, ``L_i`` tokens in sequence ``i``.
+
+Layout of a pack with alignment 4 and ``pad_to=20`` for sequences of 5 and 7 tokens::
+
+    token      a a a a a . . . b b b b b b b . T T T T      (. alignment padding, T tail padding)
+    position   0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3
+    seq_idx    0 0 0 0 0 0 0 0 1 1 1 1 1 1 1 1 2 2 2 2
+    padding    . . . . . x x x . . . . . . . x x x x x
+    cu_seqlens [0, 5, 12]          cu_seqlens_padded [0, 8, 16]      total_tokens 20
+
+Positions restart at ``position_offset`` for every sequence and keep counting through its alignment
+padding; the tail forms one pseudo-segment whose positions are an arange (never zeros, which
+position-based packing detection would read as one-token documents).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..constants import IGNORE_INDEX
+
+RESERVED = ("input_ids", "labels", "loss_mask", "position_ids")
+
+
+@dataclass(frozen=True, eq=False)
+class PackedSequence:
+    """One pack in THD layout (a single row of ``T`` tokens holding ``N`` sequences).
+
+    Attributes:
+        input_ids: ``(T,)`` int64, or None for pipeline stages that carry no tokens.
+        labels: ``(T,)`` int64; -100 = no loss. Unshifted HF labels: the first label of every sequence is
+            -100; ``labels_shifted`` (Megatron): the last one is. Padding is -100.
+        position_ids: ``(T,)`` int64, or ``(3, T)`` for MRoPE.
+        cu_seqlens: ``(N+1,)`` int32 cumulative *real* lengths.
+        cu_seqlens_padded: ``(N+1,)`` int32 cumulative lengths after per-sequence alignment; sequence ``i``
+            starts at token ``cu_seqlens_padded[i]`` (Transformer Engine's THD convention).
+        max_seqlen: longest real sequence, in tokens.
+        seq_idx: ``(T,)`` int32 segment of each token; the tail padding is segment ``N``.
+        padding_mask: ``(T,)`` bool, True on alignment and tail padding.
+        total_tokens: T.
+        columns: other per-token columns, each ``(T, ...)`` with its own dtype.
+        metadata: per-sequence non-tensor values (lists of length N), e.g. sample keys.
+    """
+
+    input_ids: torch.Tensor | None
+    labels: torch.Tensor
+    position_ids: torch.Tensor
+    cu_seqlens: torch.Tensor
+    cu_seqlens_padded: torch.Tensor
+    max_seqlen: int
+    seq_idx: torch.Tensor
+    padding_mask: torch.Tensor
+    total_tokens: int
+    columns: dict[str, torch.Tensor] = field(default_factory=dict)
+    metadata: dict[str, list] = field(default_factory=dict)
+    _segments: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(real, physical)`` int64 lengths of every segment, the tail (real 0) included."""
+        if self._segments is None:
+            real = self.cu_seqlens.diff().cpu().numpy().astype(np.int64)
+            phys = self.cu_seqlens_padded.diff().cpu().numpy().astype(np.int64)
+            if self.tail:
+                real, phys = np.append(real, 0), np.append(phys, self.tail)
+            object.__setattr__(self, "_segments", (real, phys))
+        return self._segments
+
+    @property
+    def num_sequences(self) -> int:
+        """N."""
+        return self.cu_seqlens.shape[0] - 1
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``(N,)`` int32 real lengths."""
+        return self.cu_seqlens.diff()
+
+    @property
+    def max_seqlen_padded(self) -> int:
+        """Longest aligned sequence, in tokens."""
+        return int(self.segments()[1][: self.num_sequences].max())
+
+    @property
+    def tail(self) -> int:
+        """Tokens of tail padding after the last aligned sequence."""
+        if self._segments is not None:
+            return int(self._segments[1].sum() - self._segments[1][: self.num_sequences].sum())
+        return self.total_tokens - int(self.cu_seqlens_padded[-1])
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """``(T,)`` bool, True where a label carries loss."""
+        return self.labels != IGNORE_INDEX
+
+    def to_dict(self) -> dict:
+        """Every field as a flat dict (extra columns at top level, ``metadata`` nested)."""
+        out = {
+            "input_ids": self.input_ids,
+            "labels": self.labels,
+            "position_ids": self.position_ids,
+            "cu_seqlens": self.cu_seqlens,
+            "cu_seqlens_padded": self.cu_seqlens_padded,
+            "max_seqlen": self.max_seqlen,
+            "seq_idx": self.seq_idx,
+            "padding_mask": self.padding_mask,
+            "total_tokens": self.total_tokens,
+            **self.columns,
+        }
+        if self.input_ids is None:
+            del out["input_ids"]
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+
+def as_tensor(value, name: str, index: int) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            return torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"sequence {index}: column {name!r} cannot become a tensor: {e}") from e
+    raise TypeError(f"sequence {index}: column {name!r} is {type(value).__name__}, expected a tensor or array")
+
+
+def _is_tensor_like(value) -> bool:
+    return isinstance(value, (torch.Tensor, np.ndarray)) or (
+        isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], (int, float, bool, list))
+    )
+
+
+def assemble_pack(
+    sequences: Sequence[Mapping],
+    *,
+    pad_to: int | None = None,
+    alignment: int = 1,
+    pad_token_id: int = 0,
+    label_pad_id: int = IGNORE_INDEX,
+    pad_values: Mapping[str, float] | None = None,
+    labels_shifted: bool = False,
+    position_offset: int = 0,
+) -> PackedSequence:
+    """Concatenate sequences into one THD pack (the plan decided membership; this only executes it).
+
+    Args:
+        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` (HF convention, or shifted —
+            see ``labels_shifted``) or ``loss_mask (L,)``; optional ``position_ids`` ``(L,)`` or MRoPE
+            ``(3, L)``; any other per-token column ``(L, ...)`` of any dtype. Non-array values (strings,
+            numbers) go to ``metadata``. Tensors, numpy arrays or lists; the output lives on the device of
+            the first sequence's tensors.
+        pad_to: total tokens T of the pack; the rest after the aligned sequences is tail padding.
+        alignment: pad each sequence to a multiple of this many tokens (see ``plan.alignment_multiple``).
+        pad_token_id: ``input_ids`` value on padding.
+        label_pad_id: ``labels`` value on padding and at boundaries.
+        pad_values: padding value per extra column (default 0).
+        labels_shifted: labels already aligned with the prediction (Megatron: ``labels[t]`` is the target
+            of position ``t``); without labels the targets are the next tokens.
+        position_offset: first position of every sequence (2 for RoBERTa-style models).
+
+    Returns:
+        A :class:`PackedSequence`. Without labels or loss mask, every token is a target.
+
+    Raises:
+        ValueError: an empty sequence, a column whose length differs from ``input_ids``, aligned total >
+            ``pad_to``, ``alignment < 1`` — naming the sequence index, column and numbers.
+        TypeError: a column that cannot become a tensor.
+
+    Example:
+        >>> p = assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}])
+        >>> p.position_ids.tolist(), p.labels.tolist(), p.cu_seqlens.tolist()
+        ([0, 1, 2, 0, 1, 2], [-100, 2, 3, -100, 5, 6], [0, 3, 6])
+        >>> q = assemble_pack([{"input_ids": [1] * 5}, {"input_ids": [2] * 7}], alignment=4)
+        >>> q.cu_seqlens.tolist(), q.cu_seqlens_padded.tolist(), q.padding_mask.nonzero().flatten().tolist()
+        ([0, 5, 12], [0, 8, 16], [5, 6, 7, 15])
+    """
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+        raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+    if not sequences:
+        raise ValueError("assemble_pack needs at least one sequence")
+    cols = _collect(sequences)
+    lengths = np.asarray(cols.lengths, dtype=np.int64)
+    n = lengths.shape[0]
+    real_total = sum(cols.lengths)
+    if alignment == 1:
+        padded, aligned_total = lengths, real_total
+    else:
+        padded = (lengths + alignment - 1) // alignment * alignment
+        aligned_total = int(padded.sum())
+    total = aligned_total if pad_to is None else int(pad_to)
+    if total < aligned_total:
+        detail = f" ({real_total} real + {aligned_total - real_total} alignment)" if alignment > 1 else ""
+        raise ValueError(f"pack holds {aligned_total} tokens{detail} > pad_to={pad_to}; plan with a capacity <= pad_to")
+    tail = total - aligned_total
+    cu = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=cu[1:])
+    cu_padded = cu if padded is lengths else np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
+    seg_len = np.append(padded, tail) if tail else padded
+    seg_real = np.append(lengths, 0) if tail else lengths
+    seq_idx = np.repeat(np.arange(seg_len.shape[0], dtype=np.int32), seg_len)
+    pos_in_seg = _aranges(seg_len.tolist())
+    if total == real_total:
+        padding_mask = np.zeros(total, dtype=bool)
+        dst = None
+    else:
+        padding_mask = pos_in_seg >= np.repeat(seg_real, seg_len)
+        dst = torch.from_numpy(np.flatnonzero(~padding_mask)).to(cols.device)
+    device = cols.device
+
+    def place(values: torch.Tensor, fill) -> torch.Tensor:
+        if dst is None:
+            return values
+        out = torch.full((total, *values.shape[1:]), fill, dtype=values.dtype, device=values.device)
+        out[dst] = values
+        return out
+
+    starts = cu[:-1].astype(np.int64)
+    labels = _labels(cols, starts, lengths, labels_shifted, label_pad_id)
+    positions = _positions(cols, pos_in_seg, seq_idx, seg_real, dst, position_offset, n, device)
+    pad_values = dict(pad_values or {})
+    return PackedSequence(
+        input_ids=place(cols.ids, pad_token_id) if cols.ids is not None else None,
+        labels=place(labels, label_pad_id),
+        position_ids=positions,
+        cu_seqlens=_t(cu, device),
+        cu_seqlens_padded=_t(cu_padded, device),
+        max_seqlen=max(cols.lengths),
+        seq_idx=_t(seq_idx, device),
+        padding_mask=_t(padding_mask, device),
+        total_tokens=total,
+        columns={k: place(v, pad_values.get(k, 0)) for k, v in cols.extra.items()},
+        metadata=cols.metadata,
+        _segments=(seg_real, seg_len),
+    )
+
+
+_ARANGE = np.arange(1 << 16, dtype=np.int64)
+
+
+def _aranges(lengths: list[int]) -> np.ndarray:
+    """``concat(arange(n) for n in lengths)`` from slices of one cached arange (cheaper than repeat)."""
+    global _ARANGE
+    longest = max(lengths)
+    if longest > _ARANGE.shape[0]:
+        _ARANGE = np.arange(1 << longest.bit_length(), dtype=np.int64)
+    return np.concatenate([_ARANGE[:n] for n in lengths]) if len(lengths) > 1 else _ARANGE[: lengths[0]].copy()
+
+
+def _t(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    return t if device.type == "cpu" else t.to(device)
+
+
+@dataclass
+class _Columns:
+    lengths: list[int]
+    ids: torch.Tensor | None
+    labels: list[torch.Tensor | None]
+    masks: list[torch.Tensor | None]
+    positions: list[torch.Tensor | None]
+    extra: dict[str, torch.Tensor]
+    metadata: dict[str, list]
+    device: torch.device
+
+
+def _names(seq: Mapping) -> list[str]:
+    return sorted(k for k, v in seq.items() if k not in RESERVED and v is not None and _is_tensor_like(v))
+
+
+def _collect(sequences: Sequence[Mapping]) -> _Columns:
+    """Validate every sequence (one pass, cheap checks) and concatenate what can be concatenated."""
+    names = _names(sequences[0])
+    meta_keys = [k for k, v in sequences[0].items() if k not in RESERVED and v is not None and k not in names]
+    first_keys = sequences[0].keys()
+    lengths, ids_list, labels, masks, positions = [], [], [], [], []
+    extra: dict[str, list] = {name: [] for name in names}
+    metadata: dict[str, list] = {k: [] for k in meta_keys}
+    device = None
+    for i, seq in enumerate(sequences):
+        if i and seq.keys() != first_keys:
+            seq_names = _names(seq)
+            if seq_names != names:
+                diff = sorted(set(names) ^ set(seq_names))
+                raise ValueError(
+                    f"sequence {i}: per-token columns {seq_names} differ from sequence 0's {names} "
+                    f"(column {diff[0]!r}); a pack's sequences must carry the same columns "
+                    "(collate_packs fills columns across packs)"
+                )
+        ids = seq.get("input_ids")
+        if ids is not None:
+            if not isinstance(ids, torch.Tensor):
+                ids = as_tensor(ids, "input_ids", i)
+            if ids.dim() != 1:
+                ids = ids.reshape(-1)
+        if i and (ids is not None) != bool(ids_list):
+            raise ValueError(f"sequence {i}: input_ids present in some sequences but not others")
+        lab = seq.get("labels")
+        if lab is not None:
+            if not isinstance(lab, torch.Tensor):
+                lab = as_tensor(lab, "labels", i)
+            if lab.dim() != 1:
+                lab = lab.reshape(-1)
+        ref = ids if ids is not None else lab
+        if ref is None:
+            raise ValueError(f"sequence {i}: needs input_ids (or labels when a stage carries no tokens)")
+        length = ref.shape[0]
+        if length == 0:
+            raise ValueError(f"sequence {i} is empty (0 tokens); drop empty sequences before assembling")
+        if device is None:
+            device = ref.device
+        if lab is not None and lab.shape[0] != length:
+            raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
+        mask = seq.get("loss_mask") if lab is None else None
+        if mask is not None:
+            mask = (mask if isinstance(mask, torch.Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
+            if mask.shape[0] != length:
+                raise ValueError(
+                    f"sequence {i}: column 'loss_mask' has {mask.shape[0]} tokens but input_ids has {length}"
+                )
+            if ids is None:
+                raise ValueError(f"sequence {i}: loss_mask without input_ids; pass labels instead")
+        pos = seq.get("position_ids")
+        if pos is not None:
+            pos = pos if isinstance(pos, torch.Tensor) else as_tensor(pos, "position_ids", i)
+            if pos.dim() == 2 and pos.shape[0] == 1:
+                pos = pos[0]
+            if pos.dim() not in (1, 2) or pos.shape[-1] != length or (pos.dim() == 2 and pos.shape[0] != 3):
+                raise ValueError(
+                    f"sequence {i}: position_ids has shape {tuple(pos.shape)}; "
+                    f"expected ({length},) or MRoPE (3, {length})"
+                )
+        lengths.append(length)
+        if ids is not None:
+            ids_list.append(ids)
+        labels.append(lab)
+        masks.append(mask)
+        positions.append(pos)
+        for name in names:
+            col = seq[name]
+            col = col if isinstance(col, torch.Tensor) else as_tensor(col, name, i)
+            if col.dim() == 0 or col.shape[0] != length:
+                got = col.shape[0] if col.dim() else "a scalar"
+                raise ValueError(f"sequence {i}: column {name!r} has {got} tokens but input_ids has {length}")
+            extra[name].append(col)
+        for key in seq.keys() - first_keys if i else ():
+            if key not in RESERVED and seq[key] is not None and key not in names:
+                metadata.setdefault(key, [None] * i)
+        for key, values in metadata.items():
+            values.append(seq.get(key))
+    joined = {}
+    for name, chunks in extra.items():
+        shapes = {tuple(c.shape[1:]) for c in chunks}
+        if len(shapes) > 1:
+            raise ValueError(f"column {name!r}: per-token shapes differ across sequences: {sorted(shapes)}")
+        dtype = chunks[0].dtype
+        for c in chunks[1:]:
+            dtype = torch.promote_types(dtype, c.dtype)
+        same = all(c.dtype == dtype and c.device == device for c in chunks)
+        joined[name] = torch.cat(chunks if same else [c.to(device=device, dtype=dtype) for c in chunks])
+    ids_cat = None
+    if ids_list:
+        ids_cat = torch.cat(ids_list) if len(ids_list) > 1 else ids_list[0]
+        if ids_cat.dtype != torch.int64 or ids_cat.device != device:
+            ids_cat = ids_cat.to(device=device, dtype=torch.int64)
+    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device)
+
+
+def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bool, pad: int) -> torch.Tensor:
+    ids = cols.ids
+    if all(lab is not None for lab in cols.labels):
+        labels = torch.cat(cols.labels)
+        if labels.dtype != torch.int64 or labels.device != cols.device:
+            labels = labels.to(device=cols.device, dtype=torch.int64, copy=True)
+    else:
+        if ids is None:
+            raise ValueError("sequences without input_ids need labels")
+        labels = torch.roll(ids, -1) if shifted else ids.clone()  # shifted: the target of t is token t+1
+        offset = 0
+        for lab, mask, n in zip(cols.labels, cols.masks, cols.lengths):
+            if lab is not None:
+                labels[offset : offset + n] = lab.to(labels.device, torch.int64)
+            elif mask is not None:
+                keep = mask.to(device=labels.device, dtype=torch.bool)
+                labels[offset : offset + n] = torch.where(keep, labels[offset : offset + n], pad)
+            offset += n
+    boundary = starts + (lengths - 1 if shifted else 0)
+    if labels.device.type == "cpu":
+        labels.numpy()[boundary] = pad  # no target crosses a sequence boundary
+    else:
+        labels[_t(boundary, labels.device)] = pad
+    return labels
+
+
+def _positions(cols, pos_in_seg, seq_idx, seg_real, dst, offset, n, device) -> torch.Tensor:
+    if all(p is None for p in cols.positions):
+        return _t(pos_in_seg + offset if offset else pos_in_seg, device)
+    mrope = any(p is not None and p.dim() == 2 for p in cols.positions)
+    parts = []
+    for p, length in zip(cols.positions, cols.lengths):
+        p = torch.arange(offset, offset + length) if p is None else p
+        p = p.to(device=device, dtype=torch.int64)
+        parts.append(p.expand(3, -1) if mrope and p.dim() == 1 else p)
+    real = torch.cat(parts, dim=-1)
+    if dst is None:
+        return real
+    # padding: alignment gaps keep counting after the sequence's largest position; the tail is an arange
+    last = np.array([int(p.max()) for p in parts], dtype=np.int64)
+    has_tail = seg_real.shape[0] > n
+    seg_last = np.append(last, offset - 1) if has_tail else last
+    seg = seq_idx.astype(np.int64)
+    fill = seg_last[seg] + 1 + pos_in_seg - seg_real[seg]
+    if has_tail:
+        tail = seg == n
+        fill[tail] = offset + pos_in_seg[tail]
+    fill_t = _t(fill, device)
+    out = fill_t.expand(3, -1).clone() if mrope else fill_t.clone()
+    out[..., dst] = real
+    return out

@@ -1,0 +1,1 @@
+"""Integrations with training stacks: PyTorch data loading, Hugging Face, Megatron-Energon, Ray."""

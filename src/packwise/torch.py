@@ -1,0 +1,5 @@
+"""PyTorch data loading for packed datasets (re-exported from ``packwise.integrations.torch_data``)."""
+
+from .integrations.torch_data import PackedParquetDataset
+
+__all__ = ["PackedParquetDataset"]
