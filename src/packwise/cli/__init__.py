@@ -11,6 +11,7 @@ import typer
 
 from ._console import err
 from ._pack import pack
+from ._verify import verify
 
 app = typer.Typer(
     name="packwise",
@@ -27,6 +28,7 @@ def _group() -> None:
 
 
 app.command(epilog="Exit codes: 0 ok, 1 bad input/options, 2 usage.")(pack)
+app.command(epilog="Exit codes: 0 every packwise path isolated, 1 a path failed or bad options, 2 usage.")(verify)
 
 
 def main(argv: list[str] | None = None) -> int:

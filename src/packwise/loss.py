@@ -1,0 +1,96 @@
+"""Packing-invariant cross-entropy.
+
+With packing, the number of documents and target tokens per micro-batch varies. A loss averaged per
+micro-batch would weight tokens differently depending on how documents were grouped, so the gradient
+would depend on the plan. ``token_mean`` divides by a *global* count of target tokens (``num_items``,
+summed over micro-batches and data-parallel ranks — HF's ``num_items_in_batch``, NeMo-RL's global valid
+tokens), which makes the summed gradient identical to unpacked training. ``sequence_mean`` averages per
+document first, equal to the per-sample mean of unpacked training.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from .constants import IGNORE_INDEX
+
+Reduction = Literal["token_mean", "sequence_mean", "sum"]
+
+
+def packed_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    reduction: Reduction = "token_mean",
+    cu_seqlens: torch.Tensor | None = None,
+    num_items: int | torch.Tensor | None = None,
+    labels_shifted: bool = False,
+    ignore_index: int = IGNORE_INDEX,
+) -> torch.Tensor:
+    """Cross-entropy over packed rows (logits upcast to float32).
+
+    Args:
+        logits: ``(B, T, V)`` or ``(T, V)``.
+        labels: ``(B, T)`` or ``(T,)``: HF convention (unshifted, ``-100`` = no loss; this function shifts,
+            so ``logits[t]`` is scored against ``labels[t+1]``), or already aligned with
+            ``labels_shifted=True`` (Megatron: ``labels[t]`` is the target of ``logits[t]``).
+        reduction: ``token_mean`` — sum over target tokens / ``num_items`` (default: the local count);
+            ``sequence_mean`` — mean over each document's targets, then sum / ``num_items`` (default: the
+            number of documents with a target); ``sum``.
+        cu_seqlens: ``(N+1,)`` document boundaries over the flattened ``B·T`` tokens (required for
+            ``sequence_mean``; the collator's ``cu_seq_lens_q``).
+        num_items: global normaliser (tokens or documents, see ``reduction``).
+        labels_shifted: see ``labels``.
+        ignore_index: label value that carries no loss.
+
+    Returns:
+        A scalar tensor (float32).
+
+    Raises:
+        ValueError: shapes that disagree, an unknown reduction, or ``sequence_mean`` without ``cu_seqlens``.
+
+    Example:
+        >>> logits = torch.zeros(5, 3)          # uniform: every target costs log(3)
+        >>> labels = torch.tensor([-100, 1, 2, -100, 0])   # two documents: [0, 3) and [3, 5)
+        >>> round(float(packed_cross_entropy(logits, labels)), 4), round(float(torch.log(torch.tensor(3.0))), 4)
+        (1.0986, 1.0986)
+        >>> cu = torch.tensor([0, 3, 5])
+        >>> float(packed_cross_entropy(logits, labels, reduction="sum")) == 3 * float(torch.log(torch.tensor(3.0)))
+        True
+    """
+    if reduction not in ("token_mean", "sequence_mean", "sum"):
+        raise ValueError(f"unknown reduction {reduction!r}; use token_mean, sequence_mean or sum")
+    if logits.dim() == 2:
+        logits, labels = logits[None], labels[None]
+    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} must be (B, T, V) with labels (B, T), got {tuple(labels.shape)}"
+        )
+    b, t, v = logits.shape
+    positions = torch.arange(b * t, device=labels.device).view(b, t)
+    if not labels_shifted:
+        logits, labels, positions = logits[:, :-1], labels[:, 1:], positions[:, 1:]
+    flat_labels = labels.reshape(-1)
+    token_loss = F.cross_entropy(
+        logits.reshape(-1, v).float(), flat_labels.long(), ignore_index=ignore_index, reduction="none"
+    )
+    if reduction == "sum":
+        return token_loss.sum()
+    valid = flat_labels != ignore_index
+    if reduction == "token_mean":
+        denom = valid.sum() if num_items is None else num_items
+        return token_loss.sum() / denom
+    if cu_seqlens is None:
+        raise ValueError("reduction='sequence_mean' needs cu_seqlens (document boundaries over the B*T tokens)")
+    cu = cu_seqlens.to(device=labels.device, dtype=torch.int64)
+    doc = torch.searchsorted(cu, positions.reshape(-1), right=True) - 1
+    n_docs = cu.shape[0] - 1
+    sums = torch.zeros(n_docs, device=token_loss.device).index_add_(0, doc, token_loss)
+    counts = torch.zeros(n_docs, device=token_loss.device).index_add_(0, doc, valid.float())
+    has = counts > 0
+    per_doc = sums[has] / counts[has]
+    denom = has.sum() if num_items is None else num_items
+    return per_doc.sum() / denom

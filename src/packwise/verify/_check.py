@@ -1,0 +1,206 @@
+"""``check_equivalence``: run each document alone and packed, and compare logits, loss and gradients.
+
+The only check that catches cross-document attention: packing without a boundary-aware attention still
+trains (the loss goes down) and nothing raises. Here each document's logits packed must equal its logits
+alone, the packed loss must equal the unpacked loss with the same global normaliser, every parameter
+gradient must match, and changing document A must not move document B's logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import torch
+
+from ..constants import IGNORE_INDEX
+from ..integrations.hf import PackedDataCollator
+from ..loss import packed_cross_entropy
+
+Inputs = Literal["packwise", "position_ids", "none"]
+
+
+@dataclass(frozen=True)
+class EquivalenceReport:
+    """Packed vs alone, per document and overall.
+
+    Attributes:
+        path: what was checked (attention implementation and inputs).
+        use_cache, train: the settings of the forward passes.
+        per_document_max_abs_diff: max |logit packed - logit alone| of each document.
+        max_abs_diff: the largest of them.
+        loss_packed, loss_unpacked: token-mean cross-entropy over all documents (same global count).
+        loss_abs_diff: |loss_packed - loss_unpacked|.
+        grad_max_rel_diff: max over parameters of max|g_packed - g_alone| / max|g_alone| (None if skipped).
+        perturbation_max_abs_diff: max change of the other documents' logits when document 0 changes.
+        atol, grad_rtol: tolerances used.
+        isolated: every check within tolerance.
+    """
+
+    path: str
+    use_cache: bool | None
+    train: bool
+    per_document_max_abs_diff: list[float]
+    max_abs_diff: float
+    loss_packed: float
+    loss_unpacked: float
+    loss_abs_diff: float
+    grad_max_rel_diff: float | None
+    perturbation_max_abs_diff: float | None
+    atol: float
+    grad_rtol: float
+    isolated: bool = field(default=False)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _docs(sequences) -> list[dict]:
+    docs = []
+    for i, s in enumerate(sequences):
+        if isinstance(s, dict):
+            ids = torch.as_tensor(s["input_ids"], dtype=torch.int64).reshape(-1)
+            labels = s.get("labels")
+            labels = ids.clone() if labels is None else torch.as_tensor(labels, dtype=torch.int64).reshape(-1)
+        else:
+            ids = torch.as_tensor(s, dtype=torch.int64).reshape(-1)
+            labels = ids.clone()
+        if ids.numel() < 2:
+            raise ValueError(f"document {i} has {ids.numel()} tokens; the check needs at least 2")
+        labels = labels.clone()
+        labels[0] = IGNORE_INDEX
+        docs.append({"input_ids": ids, "labels": labels})
+    if len(docs) < 2:
+        raise ValueError(f"check_equivalence needs at least 2 documents, got {len(docs)}")
+    return docs
+
+
+def _forward(model, batch: dict, use_cache: bool | None) -> torch.Tensor:
+    kwargs = dict(batch)
+    if use_cache is not None:
+        kwargs["use_cache"] = use_cache
+    return model(**kwargs).logits
+
+
+def _packed_batch(docs: list[dict], inputs: Inputs) -> dict:
+    batch = PackedDataCollator()(docs)
+    if inputs == "position_ids":
+        return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"]}
+    if inputs == "none":
+        return {"input_ids": batch["input_ids"]}
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+def check_equivalence(
+    model,
+    sequences: Sequence,
+    *,
+    atol: float = 1e-5,
+    grad_rtol: float = 1e-4,
+    use_cache: bool | None = False,
+    train: bool = False,
+    inputs: Inputs = "packwise",
+    check_grads: bool = True,
+    perturbation: bool = True,
+    path: str | None = None,
+) -> EquivalenceReport:
+    """Compare every document's logits, the loss and all gradients, packed vs alone.
+
+    Args:
+        model: a causal LM returning ``.logits`` (HF); configure its attention first (e.g.
+            ``use_packed_attention``).
+        sequences: at least 2 documents: token id lists/tensors, or dicts with ``input_ids`` (+ ``labels``).
+        atol: tolerance on logits and loss (fp32: 1e-5 for tiny models, 1e-4 for real ones).
+        grad_rtol: tolerance on the relative gradient difference.
+        use_cache: passed to every forward (None: the model's default).
+        train: run in train mode (dropout must be 0 for a deterministic comparison).
+        inputs: what the packed forward receives: ``packwise`` (collator output: position ids +
+            ``cu_seq_lens``), ``position_ids`` (HF's plain padding-free path), ``none`` (no boundaries at
+            all — must fail).
+        check_grads: compare parameter gradients (one backward each way).
+        perturbation: change document 0 and require the other documents' logits not to move.
+        path: a label for the report.
+
+    Returns:
+        An :class:`EquivalenceReport`; ``isolated`` is True iff every check is within tolerance.
+
+    Raises:
+        ValueError: fewer than 2 documents, or a document shorter than 2 tokens.
+    """
+    docs = _docs(sequences)
+    was_training = model.training
+    model.train(train)
+    try:
+        lengths = [d["input_ids"].shape[0] for d in docs]
+        alone = []
+        with torch.no_grad():
+            for d in docs:
+                alone.append(_forward(model, {"input_ids": d["input_ids"][None]}, use_cache)[0])
+            packed = _forward(model, _packed_batch(docs, inputs), use_cache)[0]
+        diffs, start = [], 0
+        for logits, n in zip(alone, lengths):
+            diffs.append(float((packed[start : start + n] - logits).abs().max()))
+            start += n
+        labels = torch.cat([d["labels"] for d in docs])
+        total = int(sum((d["labels"][1:] != IGNORE_INDEX).sum() for d in docs))
+        loss_p = packed_cross_entropy(packed, labels, num_items=total)
+        loss_u = sum(packed_cross_entropy(lg, d["labels"], reduction="sum") for lg, d in zip(alone, docs)) / total
+        grad_diff = _grad_diff(model, docs, inputs, use_cache, total) if check_grads else None
+        perturb = _perturb(model, docs, inputs, use_cache, packed, lengths) if perturbation else None
+    finally:
+        model.train(was_training)
+    ok = max(diffs) <= atol and abs(float(loss_p) - float(loss_u)) <= atol
+    ok = ok and (grad_diff is None or grad_diff <= grad_rtol) and (perturb is None or perturb <= atol)
+    return EquivalenceReport(
+        path=path or f"{getattr(model.config, '_attn_implementation', '?')} / {inputs}",
+        use_cache=use_cache,
+        train=train,
+        per_document_max_abs_diff=diffs,
+        max_abs_diff=max(diffs),
+        loss_packed=float(loss_p),
+        loss_unpacked=float(loss_u),
+        loss_abs_diff=abs(float(loss_p) - float(loss_u)),
+        grad_max_rel_diff=grad_diff,
+        perturbation_max_abs_diff=perturb,
+        atol=atol,
+        grad_rtol=grad_rtol,
+        isolated=bool(ok),
+    )
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.zero_grad(set_to_none=True)
+    logits = _forward(model, _packed_batch(docs, inputs), use_cache)[0]
+    labels = torch.cat([d["labels"] for d in docs])
+    packed_cross_entropy(logits, labels, num_items=total).backward()
+    g_packed = _grads(model)
+    model.zero_grad(set_to_none=True)
+    for d in docs:
+        lg = _forward(model, {"input_ids": d["input_ids"][None]}, use_cache)[0]
+        (packed_cross_entropy(lg, d["labels"], reduction="sum") / total).backward()
+    g_alone = _grads(model)
+    model.zero_grad(set_to_none=True)
+    worst = 0.0
+    for name, ga in g_alone.items():
+        gp = g_packed.get(name, torch.zeros_like(ga))
+        scale = float(ga.abs().max())
+        if scale > 0:
+            worst = max(worst, float((gp - ga).abs().max()) / scale)
+    del params
+    return worst
+
+
+def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:
+    changed = [dict(d) for d in docs]
+    ids = changed[0]["input_ids"]
+    vocab = int(model.config.vocab_size)
+    changed[0]["input_ids"] = (ids * 7 + 13) % vocab
+    with torch.no_grad():
+        again = _forward(model, _packed_batch(changed, inputs), use_cache)[0]
+    return float((again[lengths[0] :] - packed[lengths[0] :]).abs().max())
