@@ -1,5 +1,5 @@
 """PyTorch data loading for packed datasets (re-exported from ``packwise.integrations.torch_data``)."""
 
-from .integrations.torch_data import PackedParquetDataset
+from .integrations.torch_data import DistributedPackSampler, PackedParquetDataset
 
-__all__ = ["PackedParquetDataset"]
+__all__ = ["DistributedPackSampler", "PackedParquetDataset"]

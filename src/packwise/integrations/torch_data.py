@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from ..assemble import PackedSequence, assemble_pack
 from ..io._write import packed_files, read_metadata
+from ..plan._distribute import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
 
@@ -80,6 +81,16 @@ class PackedParquetDataset(Dataset):
                 start += n
         return c[3].slice(local - c[1], 1)
 
+    def pack_seq_lengths(self) -> list[np.ndarray]:
+        """Each pack's sequence lengths (tokens), read from the ``seq_lengths`` column only."""
+        out = []
+        for f in self.files:
+            col = pq.read_table(f, columns=["seq_lengths"]).column("seq_lengths").combine_chunks()
+            offsets = col.offsets.to_numpy()
+            values = col.values.to_numpy().astype(np.int64)
+            out += [values[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+        return out
+
     def __getitem__(self, index: int) -> PackedSequence:
         row = self._row(index)
         lengths = row.column("seq_lengths")[0].values.to_numpy()
@@ -96,3 +107,84 @@ class PackedParquetDataset(Dataset):
             for i in range(len(lengths))
         ]  # fmt: skip
         return assemble_pack(sequences, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+
+
+class DistributedPackSampler(Sampler[int]):
+    """Pack indices for this data-parallel rank of a map-style packed dataset under ``torch.distributed``.
+
+    Every rank gets the same number of packs, balanced by cost with :func:`packwise.plan.assign_to_ranks`
+    (LPT with equal counts); the epoch's seeded shuffle decides ties and the order packs are visited in.
+
+    Args:
+        dataset: a :class:`PackedParquetDataset` (or anything with ``pack_seq_lengths()``), or a list of
+            per-pack sequence-length arrays.
+        num_replicas: ranks (default: ``torch.distributed`` world size, else 1).
+        rank: this rank (default: ``torch.distributed`` rank, else 0).
+        shuffle: visit this rank's packs in a seeded random order (else largest first).
+        seed: base seed; ``set_epoch`` changes the order every epoch.
+        cost: ``tokens`` or ``attention`` (see ``packwise.plan.pack_costs``).
+        drop_last: when the pack count is not a multiple of ``num_replicas``, drop the remainder (counted
+            in ``num_dropped``); without it that case is an error naming the fix.
+
+    Raises:
+        ValueError: the pack count is not a multiple of ``num_replicas`` and ``drop_last`` is False, or
+            ``rank`` out of range.
+
+    Example:
+        >>> packs = [np.array([4, 4]), np.array([8]), np.array([2]), np.array([6])]   # 8, 8, 2, 6 tokens
+        >>> s = DistributedPackSampler(packs, num_replicas=2, rank=0)
+        >>> sorted(s), len(s), s.assignment().costs
+        ([1, 3], 2, [14.0, 10.0])
+    """
+
+    def __init__(
+        self,
+        dataset,
+        *,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        cost: Cost = "tokens",
+        drop_last: bool = False,
+    ) -> None:
+        dist = torch.distributed
+        ready = dist.is_available() and dist.is_initialized()
+        self.num_replicas = num_replicas if num_replicas is not None else (dist.get_world_size() if ready else 1)
+        self.rank = rank if rank is not None else (dist.get_rank() if ready else 0)
+        if not 0 <= self.rank < self.num_replicas:
+            raise ValueError(f"rank {self.rank} is out of range for {self.num_replicas} replicas")
+        lengths = dataset.pack_seq_lengths() if hasattr(dataset, "pack_seq_lengths") else list(dataset)
+        self.costs = pack_costs(lengths, cost)
+        p = self.costs.shape[0]
+        self.num_dropped = p % self.num_replicas if drop_last else 0
+        if p % self.num_replicas and not drop_last:
+            raise ValueError(
+                f"{p} packs cannot give {self.num_replicas} ranks the same number of micro-batches; pack with "
+                f"`packwise pack --pack-count-multiple {self.num_replicas}` (plan_packs(pack_count_multiple=...)) "
+                "or pass drop_last=True"
+            )
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def assignment(self):
+        """This epoch's :class:`~packwise.plan.RankAssignment` for all ranks (``imbalance`` = max/mean cost)."""
+        rng = np.random.default_rng([self.seed, self.epoch])
+        p = self.costs.shape[0]
+        keep = np.sort(rng.permutation(p)[: p - self.num_dropped]) if self.num_dropped else np.arange(p)
+        tie = rng.permutation(keep.shape[0])
+        a = assign_to_ranks(self.costs[keep], num_ranks=self.num_replicas, tie_break=tie)
+        for r in range(len(a)):
+            a[r] = [int(keep[i]) for i in a[r]]
+        return a
+
+    def __iter__(self):
+        mine = self.assignment()[self.rank]
+        if self.shuffle:
+            mine = [mine[i] for i in np.random.default_rng([self.seed, self.epoch, self.rank]).permutation(len(mine))]
+        return iter(mine)
+
+    def __len__(self) -> int:
+        return (self.costs.shape[0] - self.num_dropped) // self.num_replicas

@@ -11,6 +11,7 @@ Example:
 
 from ._align import align_lengths, alignment_multiple
 from ._api import ALGORITHM_OPTIONS, ALGORITHMS, ALIASES, Algorithm, plan_packs, resolve_algorithm
+from ._distribute import RankAssignment, assign_to_ranks, distribute, pack_costs
 from ._plan import PackingMetrics, PackPlan
 
 __all__ = [
@@ -20,8 +21,12 @@ __all__ = [
     "Algorithm",
     "PackPlan",
     "PackingMetrics",
+    "RankAssignment",
     "align_lengths",
     "alignment_multiple",
+    "assign_to_ranks",
+    "distribute",
+    "pack_costs",
     "plan_packs",
     "resolve_algorithm",
 ]

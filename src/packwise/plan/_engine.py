@@ -115,6 +115,32 @@ class KeyTree:
         return node - size
 
 
+class BitKeys:
+    """A set of non-empty integer keys in one Python int (bit ``k`` = key ``k``): the same queries as
+    :class:`KeyTree` (values are ignored) at a fraction of the cost when no per-key value is needed."""
+
+    __slots__ = ("bits",)
+
+    def __init__(self, bits: int = 0) -> None:
+        self.bits = bits
+
+    def set(self, key: int, value: int) -> None:
+        if value >= INF:
+            self.bits &= ~(1 << key)
+        else:
+            self.bits |= 1 << key
+
+    def first_at_least(self, lo: int) -> int | None:
+        m = self.bits >> lo
+        return lo + (m & -m).bit_length() - 1 if m else None
+
+    def last_at_most(self, hi: int) -> int | None:
+        if hi < 0:
+            return None
+        m = self.bits & ((2 << hi) - 1)
+        return m.bit_length() - 1 if m else None
+
+
 def sort_by_length_desc(lengths: np.ndarray, capacity: int) -> np.ndarray:
     """Indices sorted by (length descending, index ascending); a radix sort when capacity < 2**16."""
     key_dtype = np.uint16 if capacity < (1 << 16) else np.uint32
@@ -240,8 +266,9 @@ class GroupStore:
     index) comes first, as in item-by-item FFD/BFD.
     """
 
-    def __init__(self, capacity: int, *, lifo: bool = False) -> None:
-        self.tree = KeyTree(capacity + 1)
+    def __init__(self, capacity: int, *, lifo: bool = False, argmin: bool = False) -> None:
+        # FFD needs "lowest start among keys >= x" (a min tree); the others only need non-empty keys.
+        self.tree = KeyTree(capacity + 1) if argmin else BitKeys()
         self.lifo = lifo
         self.buckets: dict[int, list] = {}
         self.closed: list[list] = []
@@ -296,14 +323,8 @@ class PresentLengths:
 
     def __init__(self, counts: list[int]) -> None:
         self.counts = counts
-        self.tree = KeyTree(len(counts))
-        t, size = self.tree.t, self.tree.size
-        for length, c in enumerate(counts):
-            if c:
-                t[size + length] = 0
-        for i in range(size - 1, 0, -1):
-            a, b = t[2 * i], t[2 * i + 1]
-            t[i] = a if a < b else b
+        present = np.packbits(np.asarray(counts) > 0, bitorder="little")
+        self.tree = BitKeys(int.from_bytes(present.tobytes(), "little"))
         self.total = sum(counts)
 
     def largest_at_most(self, hi: int) -> int | None:

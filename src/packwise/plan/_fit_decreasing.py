@@ -44,10 +44,15 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
     step). Returns the final groups for :meth:`HistogramBuilder.finalize`.
     """
     cap = builder.capacity
-    store = GroupStore(cap, lifo=policy in ("best_lifo", "worst_lifo_one"))
+    store = GroupStore(cap, lifo=policy in ("best_lifo", "worst_lifo_one"), argmin=policy == "first")
     tree = store.tree
     counts = builder.counts
     one = policy == "worst_lifo_one"
+    # hot loop: builder.event and store.add/pop are inlined through local aliases
+    ev_bin, ev_g, ev_k, ev_src, ev_rev, cursor = (
+        builder.ev_bin, builder.ev_g, builder.ev_k, builder.ev_src, builder.ev_rev, builder.cursor,
+    )  # fmt: skip
+    add = store.add
     for length in range(cap, 0, -1):
         c = counts[length]
         while c:
@@ -72,11 +77,21 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
                     store.add([start, 1, cap - r * length, r, (e,)], max_seqs)
                 break
             group = store.pop(key)
+            g = group[1]
             k = 1 if one else min(group[2] // length, max_seqs - group[3])
-            if group[1] * k <= c:
-                _take(builder, group, length, group[1], k)
-                store.add(group, max_seqs)
-                c -= group[1] * k
+            if g * k <= c:
+                e = len(ev_k)
+                ev_bin.append(group[0])
+                ev_g.append(g)
+                ev_k.append(k)
+                ev_src.append(cursor[length])
+                ev_rev.append(False)
+                cursor[length] += g * k
+                group[2] -= k * length
+                group[3] += k
+                group[4] = (*group[4], e)
+                add(group, max_seqs)
+                c -= g * k
                 continue
             q, r = divmod(c, k)
             if q:

@@ -1,0 +1,98 @@
+"""``PackingLoader``: a DataLoader over a PackingStream that keeps the canonical pack order and can resume.
+
+Workers pack their windows in parallel; the loader buffers out-of-order packs (at most about one window
+per worker) and releases them in window order, so the batches are identical for any ``num_workers`` and
+``state_dict()`` is one position: the next ``(window, pack)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from torch.utils.data import DataLoader
+
+from ..assemble import collate_packs
+from ._stream import POSITION, PackingStream
+
+
+class PackingLoader:
+    """Batches of packs from a :class:`PackingStream`, in the same order for any number of workers.
+
+    Args:
+        stream: the stream (its ``assemble`` must be True).
+        batch_size: packs per batch.
+        num_workers: DataLoader worker processes (windows are dealt round-robin to them).
+        collate_fn: packs -> batch (default :func:`packwise.assemble.collate_packs`).
+        drop_last_batch: drop a final batch smaller than ``batch_size``.
+        **dataloader_kwargs: forwarded to ``torch.utils.data.DataLoader`` (``batch_size`` is always None
+            there: the loader batches in order itself).
+
+    Example:
+        >>> stream = PackingStream([{"input_ids": [1] * n} for n in (3, 5, 2, 6, 4)], capacity=8, buffer_size=5)
+        >>> loader = PackingLoader(stream, batch_size=2)
+        >>> [b["num_sequences"].tolist() for b in loader]
+        [[2, 2], [1]]
+        >>> loader.state_dict()["window"]
+        1
+    """
+
+    def __init__(
+        self,
+        stream: PackingStream,
+        *,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        collate_fn: Callable = collate_packs,
+        drop_last_batch: bool = False,
+        **dataloader_kwargs,
+    ) -> None:
+        if not stream.assemble:
+            raise ValueError("PackingLoader needs PackingStream(assemble=True)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.stream, self.batch_size, self.num_workers = stream, batch_size, num_workers
+        self.collate_fn, self.drop_last_batch, self.kwargs = collate_fn, drop_last_batch, dataloader_kwargs
+        self._next = (stream.state_dict()["window"], stream.state_dict()["pack"])
+
+    def state_dict(self) -> dict:
+        """The next pack to deliver: ``{"epoch", "window", "pack"}``."""
+        return {"version": 1, "epoch": self.stream.epoch, "window": self._next[0], "pack": self._next[1]}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continue from :meth:`state_dict` (same stream settings)."""
+        self.stream.load_state_dict(state)
+        self._next = (int(state["window"]), int(state["pack"]))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.stream.set_epoch(epoch)
+        self._next = (0, 0)
+
+    def __iter__(self) -> Iterator:
+        self.stream.load_state_dict(self.state_dict())
+        loader = DataLoader(self.stream, batch_size=None, num_workers=self.num_workers, **self.kwargs)
+        waiting: dict[tuple[int, int], object] = {}
+        sizes: dict[int, int] = {}
+        batch: list = []
+        for item in loader:
+            if isinstance(item, dict) and "_packwise_empty_window" in item:
+                sizes[item["_packwise_empty_window"][1]] = 0
+            else:
+                tag = item.metadata[POSITION][0]
+                window, k, count = tag["window"], tag["pack"], tag["packs_in_window"]
+                waiting[(window, k)] = item
+                sizes[window] = count
+            while True:
+                window, k = self._next
+                if sizes.get(window) == 0 or (window in sizes and k >= sizes[window]):
+                    sizes.pop(window, None)
+                    self._next = (window + 1, 0)
+                    continue
+                if (window, k) not in waiting:
+                    break
+                batch.append(waiting.pop((window, k)))
+                self._next = (window, k + 1)
+                if len(batch) == self.batch_size:
+                    yield self.collate_fn(batch)
+                    batch = []
+        if batch and not self.drop_last_batch:
+            yield self.collate_fn(batch)

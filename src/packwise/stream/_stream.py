@@ -1,0 +1,282 @@
+"""``PackingStream``: pack a stream of samples window by window, with bounded memory and exact resume.
+
+The stream reads ``buffer_size`` samples (a *window*), plans them with :func:`packwise.plan.plan_packs`,
+and emits the window's packs (in a seeded shuffled order, so consecutive packs are not sorted by size)
+before reading the next window — windows never overlap, as in Megatron-Energon's packing dataset.
+Nothing of a window is emitted before the whole window was read, so a source that raises mid-stream
+never leaves a half-emitted window.
+
+Epochs: ``set_epoch(e)`` changes which samples share a window — a seeded permutation of map-style sources
+(``len`` + indexing), a seeded shift of the window boundaries for plain iterables — so neighbours are not
+fixed across epochs. Same ``(seed, epoch)`` → same packs.
+
+Position: a pack is identified by ``(window, pack)``; ``state_dict()`` holds the next one, and a restored
+stream re-plans that window (deterministically) and continues from it — also in a new process. Inside a
+``DataLoader`` worker the windows are dealt round-robin to the workers; :class:`PackingLoader` restores the
+canonical window order, so the packs are the same whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from ..assemble import assemble_pack
+from ..plan import plan_packs
+from ..plan._api import check_algorithm_options, resolve_algorithm
+
+OVERFLOW = ("truncate", "split", "drop", "error")
+POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
+
+
+class StreamSourceError(RuntimeError):
+    """The source raised while producing a sample; ``sample`` is its index in the epoch's order."""
+
+    def __init__(self, sample: int, error: BaseException) -> None:
+        self.sample = sample
+        super().__init__(f"source failed at sample {sample} of this epoch: {type(error).__name__}: {error}")
+
+
+class PackingStream(IterableDataset):
+    """Pack samples from a stream window by window (see the module docstring).
+
+    Args:
+        source: a map-style sequence of samples (``len`` + indexing), an iterable (iterated again every
+            epoch), or a zero-argument callable returning an iterable. A sample is a mapping with
+            ``input_ids (L,)`` and optionally ``labels``/``loss_mask``/``position_ids``/per-token columns
+            (see :func:`packwise.assemble.assemble_pack`).
+        capacity: tokens per pack.
+        buffer_size: samples per window (memory is bounded by one window).
+        algorithm: planner (any of ``packwise.plan.ALGORITHMS`` or an alias).
+        seed: seeds the epoch order, the planners that use randomness and the pack order.
+        overflow: samples longer than ``capacity``: ``truncate``, ``split`` (pieces, each its own
+            sequence), ``drop`` (counted), or ``error``.
+        length_fn: ``sample -> tokens`` (default ``len(sample["input_ids"])``).
+        drop_last: drop the final window when it is not full (counted in ``stats``); by default leftover
+            samples are packed.
+        shuffle: change window membership every epoch (see the module docstring).
+        assemble: yield :class:`~packwise.assemble.PackedSequence` objects (default) or, with False, the
+            planned lists of samples (for custom assembly or planning-only benchmarks).
+        alignment, pad_to, pad_token_id: forwarded to :func:`~packwise.assemble.assemble_pack`; planning
+            uses aligned lengths.
+        **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
+
+    Raises:
+        ValueError: ``buffer_size < 1``, ``capacity < 1``, an unknown overflow policy or algorithm.
+        TypeError: a source that is neither iterable nor callable, or an option the algorithm does not take.
+
+    Example:
+        >>> samples = [{"input_ids": list(range(n))} for n in (3, 5, 2, 6, 4)]
+        >>> stream = PackingStream(samples, capacity=8, buffer_size=5, shuffle=False)
+        >>> sorted(p.cu_seqlens.diff().tolist() for p in stream)
+        [[4], [5, 3], [6, 2]]
+    """
+
+    def __init__(
+        self,
+        source,
+        *,
+        capacity: int,
+        buffer_size: int,
+        algorithm: str = "best_fit_decreasing",
+        seed: int = 0,
+        overflow: str = "truncate",
+        length_fn: Callable[[Mapping], int] | None = None,
+        drop_last: bool = False,
+        shuffle: bool = True,
+        assemble: bool = True,
+        alignment: int = 1,
+        pad_to: int | None = None,
+        pad_token_id: int = 0,
+        **algorithm_options,
+    ) -> None:
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+            raise ValueError(f"buffer_size must be an integer >= 1 (samples per window), got {buffer_size!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
+        if overflow not in OVERFLOW:
+            raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW)}")
+        if not (callable(source) or isinstance(source, Iterable)):
+            raise TypeError(f"source must be iterable or a callable returning an iterable, got {type(source).__name__}")
+        self.algorithm = resolve_algorithm(algorithm)
+        check_algorithm_options(self.algorithm, algorithm_options)
+        self.source, self.capacity, self.buffer_size = source, capacity, buffer_size
+        self.seed, self.overflow, self.length_fn = int(seed), overflow, length_fn
+        self.drop_last, self.shuffle, self.assemble = drop_last, shuffle, assemble
+        self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
+        self.algorithm_options = algorithm_options
+        self.epoch = 0
+        self._next = (0, 0)  # (window, pack) of the next pack to emit
+        self.stats = {"samples": 0, "truncated": 0, "tokens_truncated": 0, "split": 0, "dropped": 0,
+                      "tokens_dropped": 0, "dropped_last": 0}  # fmt: skip
+
+    # -- epoch and position ---------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` from its first pack."""
+        self.epoch = int(epoch)
+        self._next = (0, 0)
+
+    def state_dict(self) -> dict:
+        """``{"epoch", "window", "pack"}``: where iteration continues (plain ints; JSON-safe)."""
+        return {"version": 1, "epoch": self.epoch, "window": self._next[0], "pack": self._next[1]}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continue from a :meth:`state_dict` (same source, settings and seed).
+
+        Raises:
+            ValueError: a state that is not from a PackingStream.
+        """
+        try:
+            self.epoch, self._next = int(state["epoch"]), (int(state["window"]), int(state["pack"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a PackingStream state: {state!r} ({e})") from e
+
+    # -- iteration ------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        start_window, start_pack = self._next
+        for window, position, samples, last in self._windows(worker, workers, start_window):
+            if self.drop_last and last and len(samples) < self.buffer_size:
+                self.stats["dropped_last"] += len(samples)
+                yield from self._empty(window)
+                continue
+            groups = self._plan(window, position, samples)
+            first = start_pack if window == start_window else 0
+            if first >= len(groups):
+                yield from self._empty(window)
+                continue
+            for k in range(first, len(groups)):
+                self._next = (window, k + 1) if k + 1 < len(groups) else (window + 1, 0)
+                yield self._emit(groups[k], window, k, len(groups))
+
+    def _empty(self, window: int) -> Iterator:
+        """Tell a PackingLoader that a window produced no pack (only inside DataLoader workers)."""
+        self._next = (window + 1, 0)
+        if get_worker_info() is not None:
+            yield {"_packwise_empty_window": (self.epoch, window)}
+
+    def _emit(self, group: list[Mapping], window: int, k: int, count: int):
+        tag = {"epoch": self.epoch, "window": window, "pack": k, "packs_in_window": count}
+        if not self.assemble:
+            return group
+        seqs = [{**s, POSITION: tag} for s in group]
+        return assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+
+    def _source_iter(self) -> Iterable:
+        src = self.source() if callable(self.source) and not isinstance(self.source, Iterable) else self.source
+        if not isinstance(src, Iterable):
+            raise TypeError(f"the source callable returned {type(src).__name__}, not an iterable")
+        return src
+
+    def _windows(self, worker: int, workers: int, start_window: int) -> Iterator[tuple[int, int, list, bool]]:
+        """Yield ``(window, first sample position, samples, is_last)`` for this worker's windows."""
+        ss = np.random.SeedSequence([self.seed, self.epoch])
+        src = self.source
+        if hasattr(src, "__len__") and hasattr(src, "__getitem__") and not isinstance(src, (str, bytes, Mapping)):
+            n = len(src)
+            order = np.random.default_rng(ss).permutation(n) if self.shuffle else np.arange(n)
+            n_windows = -(-n // self.buffer_size)
+            for w in range(start_window, n_windows):
+                if w % workers != worker:
+                    continue
+                idx = order[w * self.buffer_size : (w + 1) * self.buffer_size].tolist()
+                samples = []
+                for j, i in enumerate(idx):
+                    try:
+                        samples.append(src[i])
+                    except Exception as e:  # report which sample failed; nothing of this window is emitted
+                        raise StreamSourceError(w * self.buffer_size + j, e) from e
+                yield w, w * self.buffer_size, samples, w == n_windows - 1
+            return
+        phase = int(np.random.default_rng(ss).integers(self.buffer_size)) if self.shuffle else 0
+        it = iter(self._source_iter())
+        position, window = 0, 0
+        while True:
+            size = phase if window == 0 and phase else self.buffer_size
+            samples, first = [], position
+            try:
+                for sample in itertools.islice(it, size):
+                    samples.append(sample)
+                    position += 1
+            except Exception as e:
+                raise StreamSourceError(position, e) from e
+            if not samples:
+                return
+            last = len(samples) < size
+            if window >= start_window and window % workers == worker:
+                yield window, first, samples, last
+            if last:
+                return
+            window += 1
+
+    def _plan(self, window: int, base: int, samples: list[Mapping]) -> list[list[Mapping]]:
+        lengths = np.fromiter((self._length(s, base + j) for j, s in enumerate(samples)), np.int64, len(samples))
+        self.stats["samples"] += len(samples)
+        if lengths.size and (lengths < 1).any():
+            j = int(np.flatnonzero(lengths < 1)[0])
+            raise ValueError(f"sample {base + j} has {int(lengths[j])} tokens; every sample needs at least one")
+        kept = samples
+        if (lengths > self.capacity).any():  # rare: rebuild the window with the overflow policy applied
+            kept, new_lengths = [], []
+            for j, s in enumerate(samples):
+                for piece in self._overflow(s, base + j, int(lengths[j])):
+                    kept.append(piece)
+                    new_lengths.append(self._length(piece, base + j))
+            lengths = np.asarray(new_lengths, dtype=np.int64)
+        if not kept:
+            return []
+        ss = np.random.SeedSequence([self.seed, self.epoch, window])
+        plan_seed, order_seed = (int(x) for x in ss.generate_state(2))
+        plan = plan_packs(
+            lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
+            alignment=self.alignment, **self.algorithm_options,
+        )  # fmt: skip
+        order, offsets = plan.order.tolist(), plan.offsets.tolist()
+        perm = np.random.default_rng(order_seed).permutation(plan.num_packs).tolist()
+        return [[kept[i] for i in order[offsets[p] : offsets[p + 1]]] for p in perm]
+
+    def _length(self, sample: Mapping, index: int) -> int:
+        if self.length_fn is not None:
+            return int(self.length_fn(sample))
+        try:
+            return len(sample["input_ids"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(
+                f"sample {index} has no input_ids ({type(sample).__name__}); pass length_fn= for other samples"
+            ) from e
+
+    def _overflow(self, sample: Mapping, index: int, n: int) -> list[Mapping]:
+        cap = self.capacity
+        if n <= cap:
+            return [sample]
+        if self.overflow == "error":
+            raise ValueError(f"sample {index} has {n} tokens > capacity {cap}; pass overflow='truncate'|'split'|'drop'")
+        if self.overflow == "drop":
+            self.stats["dropped"] += 1
+            self.stats["tokens_dropped"] += n
+            return []
+        if self.overflow == "truncate":
+            self.stats["truncated"] += 1
+            self.stats["tokens_truncated"] += n - cap
+            return [_slice(sample, 0, cap, n)]
+        self.stats["split"] += 1
+        return [_slice(sample, a, min(a + cap, n), n) for a in range(0, n, cap)]
+
+
+def _slice(sample: Mapping, a: int, b: int, n: int) -> dict[str, Any]:
+    """Tokens ``a:b`` of every per-token value (position ids are sliced on their last axis)."""
+    out = {}
+    for k, v in sample.items():
+        if k == "position_ids" and hasattr(v, "shape") and len(v.shape) == 2:
+            out[k] = v[..., a:b]
+        elif isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and len(v) == n:
+            out[k] = v[a:b]
+        else:
+            out[k] = v
+    return out
