@@ -37,6 +37,11 @@ NON_TOKEN_KEYS = frozenset(
         "total_tokens",
         "metadata",
         "layout",
+        "pixel_values",
+        "image_grid_thw",
+        "pixel_values_videos",
+        "video_grid_thw",
+        "second_per_grid_ts",
         "cp_size",
         "cp_rank",
     }
@@ -98,7 +103,7 @@ def collate_packs(
         offset of each pack in the flattened batch. Python ints: ``max_length_q/k`` (longest physical
         segment), ``max_seqlen`` (longest real sequence), ``max_seqlen_padded``, ``total_tokens``.
         ``layout`` (str). ``metadata``: a dict of per-pack lists of per-sequence values (non-tensor data
-        stays a list).
+        stays a list). Media (``pixel_values``, ``image_grid_thw``, ...) concatenated in pack order.
 
     Raises:
         ValueError: no packs, a column whose per-token shape differs between packs, input_ids in some
@@ -134,9 +139,22 @@ def collate_packs(
         batch = _padded(packs, rows, mrope, pad_to_multiple_of, pad_id)
     if not has_ids.pop():
         del batch["input_ids"]
+    batch.update(_media(packs))
     if metadata:
         batch["metadata"] = metadata
     return batch
+
+
+def _media(packs: Sequence[PackedSequence]) -> dict[str, torch.Tensor]:
+    """Per-sample media (pixel values, grids) concatenated in pack order; a pack without it adds 0 rows."""
+    out = {}
+    for name in sorted({k for p in packs for k in p.media}):
+        present = [p.media[name] for p in packs if name in p.media]
+        shapes = {tuple(t.shape[1:]) for t in present}
+        if len(shapes) > 1:
+            raise ValueError(f"media {name!r}: trailing shapes differ across packs: {sorted(shapes)}")
+        out[name] = torch.cat(present)
+    return out
 
 
 def _row(p: PackedSequence, specs, mrope: bool, pad_values) -> dict[str, torch.Tensor]:

@@ -25,7 +25,9 @@ import torch
 
 from ..constants import IGNORE_INDEX
 
-RESERVED = ("input_ids", "labels", "loss_mask", "position_ids")
+#: Per-sample tensors that are not per token (images, videos): concatenated in sequence order, not padded.
+MEDIA_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *MEDIA_KEYS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +48,8 @@ class PackedSequence:
         total_tokens: T.
         columns: other per-token columns, each ``(T, ...)`` with its own dtype.
         metadata: per-sequence non-tensor values (lists of length N), e.g. sample keys.
+        media: per-sample tensors that are not per token — ``pixel_values (patches, D)``, ``image_grid_thw
+            (images, 3)`` (and the video twins) — concatenated in sequence order.
     """
 
     input_ids: torch.Tensor | None
@@ -59,6 +63,7 @@ class PackedSequence:
     total_tokens: int
     columns: dict[str, torch.Tensor] = field(default_factory=dict)
     metadata: dict[str, list] = field(default_factory=dict)
+    media: dict[str, torch.Tensor] = field(default_factory=dict)
     _segments: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
@@ -111,6 +116,7 @@ class PackedSequence:
             "padding_mask": self.padding_mask,
             "total_tokens": self.total_tokens,
             **self.columns,
+            **self.media,
         }
         if self.input_ids is None:
             del out["input_ids"]
@@ -236,6 +242,7 @@ def assemble_pack(
         total_tokens=total,
         columns={k: place(v, pad_values.get(k, 0)) for k, v in cols.extra.items()},
         metadata=cols.metadata,
+        media=cols.media,
         _segments=(seg_real, seg_len),
     )
 
@@ -267,6 +274,7 @@ class _Columns:
     extra: dict[str, torch.Tensor]
     metadata: dict[str, list]
     device: torch.device
+    media: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def _names(seq: Mapping) -> list[str]:
@@ -281,6 +289,7 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
     lengths, ids_list, labels, masks, positions = [], [], [], [], []
     extra: dict[str, list] = {name: [] for name in names}
     metadata: dict[str, list] = {k: [] for k in meta_keys}
+    media: dict[str, list] = {}
     device = None
     for i, seq in enumerate(sequences):
         if i and seq.keys() != first_keys:
@@ -348,6 +357,10 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 got = col.shape[0] if col.dim() else "a scalar"
                 raise ValueError(f"sequence {i}: column {name!r} has {got} tokens but input_ids has {length}")
             extra[name].append(col)
+        for key in MEDIA_KEYS:
+            if seq.get(key) is not None:
+                value = seq[key] if isinstance(seq[key], torch.Tensor) else as_tensor(seq[key], key, i)
+                media.setdefault(key, []).append(value)
         for key in seq.keys() - first_keys if i else ():
             if key not in RESERVED and seq[key] is not None and key not in names:
                 metadata.setdefault(key, [None] * i)
@@ -368,7 +381,8 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
         ids_cat = torch.cat(ids_list) if len(ids_list) > 1 else ids_list[0]
         if ids_cat.dtype != torch.int64 or ids_cat.device != device:
             ids_cat = ids_cat.to(device=device, dtype=torch.int64)
-    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device)
+    media_cat = {k: torch.cat([t.to(device) for t in v]) for k, v in media.items()}
+    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat)
 
 
 def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bool, pad: int) -> torch.Tensor:

@@ -40,10 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except typer.Exit as e:
         return e.exit_code
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
+    except Exception as e:  # click usage errors (typer vendors its own click)
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
             return e.exit_code
         raise

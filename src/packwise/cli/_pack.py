@@ -43,6 +43,10 @@ def pack(
     ] = None,
     skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed rows instead of failing.")] = False,
     max_sequences_per_pack: Annotated[int | None, typer.Option(help="At most this many sequences per pack.")] = None,
+    min_packs: Annotated[int | None, typer.Option(help="At least this many packs (split the fullest).")] = None,
+    pack_count_multiple: Annotated[int | None, typer.Option(help="Pack count a multiple of this (DP ranks).")] = None,
+    min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = 56 * 56,
+    max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = 28 * 28 * 16384,
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty output directory.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
@@ -50,6 +54,7 @@ def pack(
 ) -> None:
     """Tokenize, plan and write packed, training-ready Parquet with exact token accounting."""
     from ..io._write import check_output_dir, write_packed
+    from ..multimodal import VisionSpec
     from ..pipeline import pack_columns
     from ..pipeline._demo import chitchat_input
 
@@ -71,6 +76,9 @@ def pack(
             max_sequences_per_pack=max_sequences_per_pack,
             format=input_format,
             progress=progress,
+            min_packs=min_packs,
+            pack_count_multiple=pack_count_multiple,
+            vision=VisionSpec(min_pixels=min_pixels, max_pixels=max_pixels),
         )
         t = time.perf_counter()
         n = packed.num_packs

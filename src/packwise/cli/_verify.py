@@ -47,7 +47,12 @@ def verify(
         raise ValueError(f"--attn {attn!r}: unknown path(s) {unknown}; use any of {', '.join(ATTN_PATHS)}")
     tol = atol if atol is not None else (1e-5 if model in TINY else 1e-4)
     net, tok = load_model(model)
-    docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens)
+    if model == "tiny-qwen2.5-vl":  # text-only and image documents mixed in one pack
+        from ..verify._models import load_multimodal_documents
+
+        docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
+    else:
+        docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens)
     reports = []
     for name in paths:
         use_packed_attention(net, backend=ATTN_PATHS[name])
@@ -76,7 +81,7 @@ def verify(
     if json_out:
         payload = {
             "model": model,
-            "documents": [int(d.numel()) for d in docs],
+            "documents": [int((d["input_ids"] if isinstance(d, dict) else d).numel()) for d in docs],
             "isolated": ok,
             "packwise": [r.to_dict() for r in reports],
             "raw": [r.to_dict() for r in raw_reports],
@@ -97,7 +102,8 @@ def _fmt(x: float | None) -> str:
 def _table(model: str, docs, reports, raw_reports):
     from rich.table import Table
 
-    t = Table(title=f"packwise verify — {model}, documents of {[int(d.numel()) for d in docs]} tokens packed")
+    sizes = [int((d["input_ids"] if isinstance(d, dict) else d).numel()) for d in docs]
+    t = Table(title=f"packwise verify — {model}, documents of {sizes} tokens packed")
     t.caption = "HF (raw) = plain transformers path with position ids only and default settings (use_cache on)"
     for col in ("path", "cache", "mode", "|Δlogit|", "|Δloss|", "Δgrad", "perturb", "result"):
         t.add_column(col, no_wrap=True)

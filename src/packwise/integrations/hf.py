@@ -17,7 +17,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..assemble import assemble_pack, collate_packs
+from ..assemble import PackedSequence, assemble_pack, collate_packs
+from ..assemble._pack import MEDIA_KEYS
 from ..attention import BACKENDS, Backend, varlen_attention
 
 HF_KEYS = ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
@@ -28,10 +29,15 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     if "input_ids" not in feature:
         raise ValueError(f"feature {index} has no 'input_ids' (keys: {sorted(feature)})")
     ids = np.asarray(feature["input_ids"], dtype=np.int64).reshape(-1)
-    cols = {k: np.asarray(v) for k, v in feature.items() if k in ("input_ids", "labels", "loss_mask") and v is not None}
+    keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
+    cols = {k: np.asarray(v) for k, v in feature.items() if k in keep and v is not None}
     lengths = feature.get("seq_lengths")
     if lengths is None:
-        return [{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in cols.items()}]
+        seq = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in cols.items()}
+        for k in ("position_ids", *MEDIA_KEYS):
+            if feature.get(k) is not None:
+                seq[k] = torch.as_tensor(feature[k])
+        return [seq]
     lengths = np.asarray(lengths, dtype=np.int64)
     if int(lengths.sum()) != ids.shape[0] or (lengths < 1).any():
         raise ValueError(
@@ -58,9 +64,13 @@ class PackedDataCollator:
         return_packwise_keys: also return ``cu_seqlens``, ``seq_idx``, ``padding_mask``, ... (not for
             ``model(**batch)``).
 
+    Rows may also be :class:`~packwise.assemble.PackedSequence` objects (``PackedParquetDataset`` items).
+
     Returns (``__call__``):
         ``input_ids [1, T]`` int64, ``labels [1, T]`` int64 (the first label of every document -100),
-        ``position_ids [1, T]``, ``cu_seq_lens_q/k (M+1,)`` int32, ``max_length_q/k`` (ints) — ready for
+        ``position_ids [1, T]`` (MRoPE data: ``[4, 1, T]``, row 0 the text positions Qwen-VL models use to
+        detect packing), ``cu_seq_lens_q/k (M+1,)`` int32, ``max_length_q/k`` (ints), and for data with
+        images ``mm_token_type_ids [1, T]``, ``pixel_values``, ``image_grid_thw`` — ready for
         ``model(**batch)``. No ``attention_mask``.
 
     Example:
@@ -91,16 +101,28 @@ class PackedDataCollator:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
         packs = [
-            assemble_pack(
+            f if isinstance(f, PackedSequence) else assemble_pack(
                 _sequences(f, i), alignment=self.alignment, position_offset=self.position_offset,
                 pad_token_id=self.pad_token_id,
             )
             for i, f in enumerate(features)
         ]  # fmt: skip
         batch = collate_packs(packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id)
+        if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
+            text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
+            batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])
         if self.return_packwise_keys:
             return batch
-        return {k: batch[k] for k in HF_KEYS}
+        out = {k: batch[k] for k in HF_KEYS}
+        out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
+        return out
+
+
+def _text_positions(cu_padded: torch.Tensor, total: int) -> torch.Tensor:
+    """Per-segment arange over the physical segments (what HF's packed-sequence detection expects)."""
+    seg = cu_padded.to(torch.int64).diff()
+    starts = cu_padded[:-1].to(torch.int64)
+    return torch.arange(total, device=cu_padded.device) - torch.repeat_interleave(starts, seg)
 
 
 def packwise_attention_forward(
@@ -125,7 +147,11 @@ def packwise_attention_forward(
         ValueError: boundaries given together with a populated KV cache (keys longer than queries).
     """
     cu_q = kwargs.get("cu_seq_lens_q")
-    if cu_q is None:
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
+    if cu_q is None or not causal:
+        # Unpacked input, generation, or a bidirectional module (a VLM's vision tower receives the text
+        # kwargs too): the text boundaries do not apply — plain SDPA with HF's mask.
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(

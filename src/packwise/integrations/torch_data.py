@@ -15,6 +15,7 @@ from ..io._write import packed_files, read_metadata
 from ..plan._distribute import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
+IMAGE_COLUMNS = ("image_paths", "image_grid_thw", "images_per_sequence")
 
 
 class PackedParquetDataset(Dataset):
@@ -98,7 +99,7 @@ class PackedParquetDataset(Dataset):
         columns = {
             name: np.split(np.array(row.column(name)[0].values.to_numpy(zero_copy_only=False)), cuts)
             for name in row.column_names
-            if name not in ("seq_lengths", "source_index")
+            if name not in ("seq_lengths", "source_index", *IMAGE_COLUMNS)
         }
         sources = row.column("source_index")[0].values.to_numpy().tolist()
         sequences = [
@@ -106,7 +107,36 @@ class PackedParquetDataset(Dataset):
              for name, parts in columns.items()} | {"source_index": sources[i]}
             for i in range(len(lengths))
         ]  # fmt: skip
+        if "image_paths" in row.column_names:
+            self._add_images(row, index, sequences)
         return assemble_pack(sequences, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+
+    def _add_images(self, row, index: int, sequences: list[dict]) -> None:
+        """Re-materialise ``pixel_values`` from the recorded image paths and give every sequence its MRoPE
+        positions (transformers' Qwen2.5-VL ``get_rope_index``, per sequence)."""
+        from ..multimodal import VisionSpec, mrope_position_ids, process_images
+
+        fields = VisionSpec.__dataclass_fields__
+        spec = VisionSpec(**{k: v for k, v in (self.metadata.get("multimodal") or {}).items() if k in fields})
+        paths = row.column("image_paths")[0].as_py()
+        grids = np.asarray(row.column("image_grid_thw")[0].as_py(), dtype=np.int64).reshape(-1, 3)
+        per_seq = row.column("images_per_sequence")[0].as_py()
+        pixels, grid = process_images(paths, spec, where=f"{self.path} pack {index}")
+        if not np.array_equal(grid.numpy(), grids):
+            raise ValueError(
+                f"{self.path} pack {index}: images changed since packing (grids {grid.tolist()} vs recorded "
+                f"{grids.tolist()}); re-run packwise pack"
+            )
+        patches = np.concatenate([[0], np.cumsum(grids.prod(axis=1))])
+        first = 0
+        for seq, n in zip(sequences, per_seq):
+            g = torch.from_numpy(grids[first : first + n])
+            mm = seq.get("mm_token_type_ids", torch.zeros_like(seq["input_ids"]))
+            seq["position_ids"] = mrope_position_ids(seq["input_ids"], mm, g, spatial_merge_size=spec.merge_size)
+            if n:
+                seq["pixel_values"] = pixels[int(patches[first]) : int(patches[first + n])]
+                seq["image_grid_thw"] = g
+            first += n
 
 
 class DistributedPackSampler(Sampler[int]):

@@ -31,10 +31,11 @@ class OverflowCounts:
     samples_dropped: int = 0
     tokens_dropped: int = 0
     loss_tokens_dropped: int = 0
+    images_dropped: int = 0
 
 
 def apply_overflow(
-    samples: Samples, capacity: int, policy: Overflow, locate: Callable[[int], str]
+    samples: Samples, capacity: int, policy: Overflow, locate: Callable[[int], str], vision=None
 ) -> tuple[Samples, OverflowCounts]:
     """Make every sequence fit ``capacity`` tokens.
 
@@ -44,11 +45,21 @@ def apply_overflow(
     - ``drop``: remove the sample;
     - ``error``: raise, naming the row, its length and the fix.
 
+    With images (``samples.media``), a cut never falls inside an image: truncation moves before the image
+    (the image is dropped with its tokens, counted) and a sample that cannot be split without cutting an
+    image is dropped (counted).
+
     Raises:
         ValueError: ``policy`` is unknown, or ``policy="error"`` and a sample is too long.
     """
     if policy not in OVERFLOW_POLICIES:
         raise ValueError(f"unknown overflow policy {policy!r}; use one of {', '.join(OVERFLOW_POLICIES)}")
+    if samples.media is not None:
+        from ..multimodal import VisionSpec
+        from ._media import overflow_with_media
+
+        out, counts = overflow_with_media(samples, capacity, policy, locate, vision or VisionSpec())
+        return out, OverflowCounts(**counts)
     lengths = samples.lengths
     over = lengths > capacity
     if not over.any():

@@ -60,6 +60,9 @@ def pack_columns(
     max_sequences_per_pack: int | None = None,
     format: Format | None = None,  # noqa: A002
     progress: Progress | None = None,
+    vision=None,
+    min_packs: int | None = None,
+    pack_count_multiple: int | None = None,
 ) -> tuple[PackedColumns, PackReport]:
     """:func:`pack_dataset` without the final table: the flat packed columns (for sharded writes)."""
     from ..tokenize import load_tokenizer, tokenizer_fingerprint, tokenizer_name
@@ -80,8 +83,9 @@ def pack_columns(
         tok = load_tokenizer(tokenizer if tokenizer is not None else "qwen2.5")
         advance = progress("tokenize", raw.num_rows) if progress else None
         samples, skipped = tokenize_rows(
-            raw, tok, loss_on=loss_on, chat_template=template, skip_bad_rows=skip_bad_rows, progress=advance
-        )
+            raw, tok, loss_on=loss_on, chat_template=template, skip_bad_rows=skip_bad_rows, progress=advance,
+            vision=vision,
+        )  # fmt: skip
     timings["tokenize"] = time.perf_counter() - t
     if samples.num_sequences == 0:
         raise ValueError(f"{raw.name}: no usable rows ({len(skipped)} skipped); nothing to pack")
@@ -94,7 +98,13 @@ def pack_columns(
     t = time.perf_counter()
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
-    samples, oc = apply_overflow(samples, capacity, overflow, raw.locate)
+    samples, oc = apply_overflow(samples, capacity, overflow, raw.locate, vision)
+    images = None
+    if samples.media is not None:
+        from ..multimodal import VisionSpec
+
+        images = {**(vision or VisionSpec()).to_dict(), "images_packed": sum(len(m) for m in samples.media),
+                  "images_dropped": oc.images_dropped}  # fmt: skip
     timings["overflow"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -104,6 +114,8 @@ def pack_columns(
         algorithm=algorithm,
         seed=seed,
         max_sequences_per_pack=max_sequences_per_pack,
+        min_packs=min_packs,
+        pack_count_multiple=pack_count_multiple,
     )
     timings["plan"] = time.perf_counter() - t
 
@@ -145,6 +157,7 @@ def pack_columns(
         packwise_version=__version__,
         timings=timings,
         skipped_examples=[msg for _, msg in skipped[:5]],
+        multimodal=images,
     )
     report.check()
     return packed, report
@@ -162,7 +175,8 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
         **options: ``tokenizer`` (``"qwen2.5"`` default for text, ``"smollm2"``, a path, or a tokenizer),
             ``algorithm``, ``seed``, ``overflow`` (``truncate``/``split``/``drop``/``error``), ``loss_on``
             (``assistant``/``all``), ``chat_template`` (``"chatml"``, a string or a ``.jinja`` path),
-            ``skip_bad_rows``, ``max_sequences_per_pack``, ``format``, ``progress``.
+            ``skip_bad_rows``, ``max_sequences_per_pack``, ``min_packs``, ``pack_count_multiple``, ``format``,
+            ``progress``, ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes).
 
     Returns:
         ``(packed, report)``: a ``pyarrow.Table`` (a ``datasets.Dataset`` when given one) with the columns

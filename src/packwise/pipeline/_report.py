@@ -52,6 +52,7 @@ class PackReport:
     packwise_version: str
     timings: dict[str, float] = field(default_factory=dict)
     skipped_examples: list[str] = field(default_factory=list)
+    multimodal: dict | None = None  # VisionSpec fields + images_packed / images_dropped, for data with images
 
     def to_dict(self) -> dict:
         """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""

@@ -26,6 +26,8 @@ class Samples:
         offsets: ``(N+1,)`` int64; sequence ``i`` is ``ids[offsets[i]:offsets[i+1]]``.
         source: ``(N,)`` int64 input row of each sequence.
         columns: other per-token columns, each ``(T,)``.
+        media: per sequence, its images ``[(absolute path, (t, h, w)), ...]`` in text order (None when
+            the data has no images).
     """
 
     ids: np.ndarray
@@ -33,6 +35,7 @@ class Samples:
     offsets: np.ndarray
     source: np.ndarray
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    media: list | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -83,9 +86,11 @@ def _chat(row: dict, key: str, where: str) -> list[dict]:
             raise BadRow(where, f"{key}[{j}]", f"is a {type(m).__name__}, expected an object with role and content")
         if m.get("role") not in ROLES:
             raise BadRow(where, f"{key}[{j}].role", f"= {m.get('role')!r} is not one of {', '.join(ROLES)}")
-        if not isinstance(m.get("content"), str):
+        if not isinstance(m.get("content"), (str, list)):
             raise BadRow(
-                where, f"{key}[{j}].content", f"is {type(m.get('content')).__name__}, expected a string (text)"
+                where,
+                f"{key}[{j}].content",
+                f"is {type(m.get('content')).__name__}, expected a string or a list of parts",
             )
     return msgs
 
@@ -98,20 +103,30 @@ def tokenize_rows(
     chat_template: str | None,
     skip_bad_rows: bool,
     progress: Callable[[int], None] | None = None,
+    vision=None,
 ) -> tuple[Samples, list[tuple[int, str]]]:
-    """Validate and tokenize every row; returns the samples and ``(row, message)`` of skipped rows."""
+    """Validate and tokenize every row; returns the samples and ``(row, message)`` of skipped rows.
+
+    Rows with images (content parts or an ``images`` list) are expanded with ``vision`` (a
+    :class:`packwise.multimodal.VisionSpec`); the samples then carry ``mm_token_type_ids`` and ``media``.
+    """
     from ..tokenize import encode_chats, encode_prompt_completion
 
     errors = RowErrors(skip_bad_rows, raw)
-    rows = raw.rows if raw.rows is not None else raw.table.select(_text_columns(raw)).to_pylist()
+    columns = _text_columns(raw) + (["images"] if raw.table is not None and "images" in raw.table.column_names else [])
+    rows = raw.rows if raw.rows is not None else raw.table.select(columns).to_pylist()
     chats, chat_rows, skips, texts, text_rows = [], [], [], [], []
+    refs_of: dict[int, list] = {}
     for i, row in enumerate(rows):
         if row is None:
             continue
         where = raw.locate(i)
         try:
             if raw.kind == "messages":
-                chats.append(_chat(row, "messages", where))
+                msgs = _chat(row, "messages", where)
+                if _multimodal(row):
+                    msgs, refs_of[i] = _expand(row, raw, vision, tokenizer, where)
+                chats.append(msgs)
                 chat_rows.append(i)
                 skips.append(0)
             elif isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
@@ -142,17 +157,55 @@ def tokenize_rows(
         encoded += encode_prompt_completion(
             [p for p, _ in texts], [c for _, c in texts], tokenizer, loss_on=loss_on, progress=progress
         )
-    per_sample, source = [], []
+    per_sample, source, types = [], [], []
+    if refs_of and vision is None:
+        from ..multimodal import VisionSpec
+
+        vision = VisionSpec()
     for row, (ids, mask) in zip(chat_rows + text_rows, encoded):
         if ids.shape[0] == 0:
             errors.bad(row, BadRow(raw.locate(row), raw.kind, "tokenizes to 0 tokens"))
             continue
+        if refs_of:
+            from ._media import media_token_types
+
+            try:
+                types.append(media_token_types(ids, refs_of.get(row, []), vision, raw.locate(row)))
+            except BadRow as e:
+                errors.bad(row, e)
+                continue
         per_sample.append((ids, np.where(mask, ids, IGNORE_INDEX)))
         source.append(row)
     order = np.argsort(np.asarray(source, dtype=np.int64), kind="stable")
     per_sample = [per_sample[k] for k in order]
     source = [source[k] for k in order]
-    return Samples.from_arrays(per_sample, source), errors.rows
+    if not refs_of:
+        return Samples.from_arrays(per_sample, source), errors.rows
+    cols = {"mm_token_type_ids": np.concatenate([types[k] for k in order]) if types else np.zeros(0, np.int8)}
+    samples = Samples.from_arrays(per_sample, source, cols)
+    samples.media = [refs_of.get(r, []) for r in source]
+    return samples, errors.rows
+
+
+def _multimodal(row: dict) -> bool:
+    from ..multimodal import is_multimodal
+
+    return is_multimodal(row)
+
+
+def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
+    from pathlib import Path
+
+    from ..multimodal import VisionSpec, expand_images
+
+    vision = vision or VisionSpec()
+    if tokenizer.convert_tokens_to_ids("<|image_pad|>") != vision.image_token_id:
+        raise ValueError(
+            f"{where}: images need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = {vision.image_token_id}); "
+            "use --tokenizer qwen2.5"
+        )
+    base = Path(raw.name).parent if Path(raw.name).is_file() else Path.cwd()
+    return expand_images(row, "messages", base_dir=base, spec=vision, where=where)
 
 
 def _text_columns(raw: RawInput) -> list[str]:

@@ -7,7 +7,10 @@ Output schema (one row per pack; ``T_p`` tokens and ``N_p`` sequences in pack ``
   sequence is -100, so no target crosses a sequence boundary;
 - ``seq_lengths``: ``list<int32>`` (N_p), tokens per sequence; sums to T_p;
 - ``source_index``: ``list<int64>`` (N_p), input row of each sequence;
-- every other per-token column of the input: ``list<dtype>`` (T_p), gathered like ``input_ids``.
+- every other per-token column of the input: ``list<dtype>`` (T_p), gathered like ``input_ids``
+  (``mm_token_type_ids``: 0 text, 1 image, for data with images);
+- with images: ``image_paths`` ``list<string>`` and ``image_grid_thw`` ``list<fixed_size_list<int32, 3>>``
+  (per image, in pack order) and ``images_per_sequence`` ``list<int32>`` (N_p).
 
 No padding is stored: packs are variable-length rows of at most the capacity.
 """
@@ -21,6 +24,7 @@ import pyarrow as pa
 
 from ..constants import IGNORE_INDEX
 from ..plan import PackPlan
+from ._media import media_arrays, media_columns
 from ._samples import Samples
 
 
@@ -36,6 +40,7 @@ class PackedColumns:
     seq_offsets: np.ndarray  # (P+1,) int64
     source: np.ndarray  # (N,) int64 in pack order
     loss_tokens_masked_at_boundary: int
+    media: dict | None = None  # see _media.media_arrays
 
     @property
     def num_packs(self) -> int:
@@ -63,6 +68,7 @@ class PackedColumns:
             seq_offsets=plan.offsets,
             source=samples.source[order],
             loss_tokens_masked_at_boundary=masked,
+            media=media_arrays(samples.media, order, plan.offsets) if samples.media is not None else None,
         )
 
     def table(self, start: int = 0, stop: int | None = None) -> pa.Table:
@@ -80,6 +86,8 @@ class PackedColumns:
         }
         for name, values in self.columns.items():
             data[name] = _lists(tok_off, values[t0:t1])
+        if self.media is not None:
+            data.update(media_columns(self.media, start, stop, seq_off, s0, s1))
         return pa.table(data)
 
 

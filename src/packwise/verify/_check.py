@@ -56,13 +56,18 @@ class EquivalenceReport:
         return asdict(self)
 
 
+MEDIA = ("pixel_values", "image_grid_thw")
+
+
 def _docs(sequences) -> list[dict]:
     docs = []
     for i, s in enumerate(sequences):
+        extra = {}
         if isinstance(s, dict):
             ids = torch.as_tensor(s["input_ids"], dtype=torch.int64).reshape(-1)
             labels = s.get("labels")
             labels = ids.clone() if labels is None else torch.as_tensor(labels, dtype=torch.int64).reshape(-1)
+            extra = {k: torch.as_tensor(s[k]) for k in (*MEDIA, "mm_token_type_ids") if s.get(k) is not None}
         else:
             ids = torch.as_tensor(s, dtype=torch.int64).reshape(-1)
             labels = ids.clone()
@@ -70,7 +75,13 @@ def _docs(sequences) -> list[dict]:
             raise ValueError(f"document {i} has {ids.numel()} tokens; the check needs at least 2")
         labels = labels.clone()
         labels[0] = IGNORE_INDEX
-        docs.append({"input_ids": ids, "labels": labels})
+        docs.append({"input_ids": ids, "labels": labels, **extra})
+    if any("mm_token_type_ids" in d for d in docs):  # MRoPE positions per document (transformers' own code)
+        from ..multimodal import mrope_position_ids
+
+        for d in docs:
+            mm = d.setdefault("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
+            d["position_ids"] = mrope_position_ids(d["input_ids"], mm, d.get("image_grid_thw", torch.zeros(0, 3)))
     if len(docs) < 2:
         raise ValueError(f"check_equivalence needs at least 2 documents, got {len(docs)}")
     return docs
@@ -83,12 +94,22 @@ def _forward(model, batch: dict, use_cache: bool | None) -> torch.Tensor:
     return model(**kwargs).logits
 
 
+def _alone_batch(d: dict) -> dict:
+    """One document as the model would see it unpacked (a VLM computes its own MRoPE positions)."""
+    batch = {"input_ids": d["input_ids"][None]}
+    if "mm_token_type_ids" in d:
+        batch["mm_token_type_ids"] = d["mm_token_type_ids"][None]
+    batch.update({k: d[k] for k in MEDIA if k in d})
+    return batch
+
+
 def _packed_batch(docs: list[dict], inputs: Inputs) -> dict:
     batch = PackedDataCollator()(docs)
+    media = {k: batch[k] for k in (*MEDIA, "mm_token_type_ids") if k in batch}
     if inputs == "position_ids":
-        return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"]}
+        return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], **media}
     if inputs == "none":
-        return {"input_ids": batch["input_ids"]}
+        return {"input_ids": batch["input_ids"], **media}
     return {k: v for k, v in batch.items() if k != "labels"}
 
 
@@ -136,7 +157,7 @@ def check_equivalence(
         alone = []
         with torch.no_grad():
             for d in docs:
-                alone.append(_forward(model, {"input_ids": d["input_ids"][None]}, use_cache)[0])
+                alone.append(_forward(model, _alone_batch(d), use_cache)[0])
             packed = _forward(model, _packed_batch(docs, inputs), use_cache)[0]
         diffs, start = [], 0
         for logits, n in zip(alone, lengths):
@@ -182,7 +203,7 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
     g_packed = _grads(model)
     model.zero_grad(set_to_none=True)
     for d in docs:
-        lg = _forward(model, {"input_ids": d["input_ids"][None]}, use_cache)[0]
+        lg = _forward(model, _alone_batch(d), use_cache)[0]
         (packed_cross_entropy(lg, d["labels"], reduction="sum") / total).backward()
     g_alone = _grads(model)
     model.zero_grad(set_to_none=True)
@@ -199,8 +220,9 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
 def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:
     changed = [dict(d) for d in docs]
     ids = changed[0]["input_ids"]
-    vocab = int(model.config.vocab_size)
-    changed[0]["input_ids"] = (ids * 7 + 13) % vocab
+    text = changed[0].get("mm_token_type_ids", torch.zeros_like(ids)) == 0
+    vocab = min(int(getattr(model.config, "vocab_size", None) or model.config.get_text_config().vocab_size), 151_000)
+    changed[0]["input_ids"] = torch.where(text, (ids * 7 + 13) % vocab, ids)  # text tokens only: images stay intact
     with torch.no_grad():
         again = _forward(model, _packed_batch(changed, inputs), use_cache)[0]
     return float((again[lengths[0] :] - packed[lengths[0] :]).abs().max())

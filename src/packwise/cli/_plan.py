@@ -1,0 +1,101 @@
+"""``packwise plan``: compare algorithms and capacities on a file of lengths before packing."""
+
+from __future__ import annotations
+
+import json
+from inspect import cleandoc
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.measure import Measurement
+
+from ._console import out
+
+EXAMPLES = """
+Examples:
+
+  packwise plan lengths.npy          # every algorithm at capacity 2048, 4096, 8192
+  packwise plan lengths.txt --capacity 4096 --algorithm bfd,next_fit,greedy_knapsack
+  packwise plan --from packed --capacity 8192,16384 --json
+"""
+
+
+def plan(
+    lengths: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="LENGTHS",
+            help=".npy, .parquet (column length/lengths, or seq_lengths flattened) or .txt (one integer per line).",
+        ),
+    ] = None,
+    from_path: Annotated[
+        Path | None, typer.Option("--from", help="A `packwise pack` output directory: plan its seq_lengths.")
+    ] = None,
+    capacity: Annotated[str, typer.Option(help="Comma list of capacities (tokens per pack).")] = "2048,4096,8192",
+    algorithm: Annotated[str, typer.Option(help="all | comma list of algorithms or aliases (bfd, ffd, ...).")] = "all",
+    seed: Annotated[int | None, typer.Option(help="Seed of first_fit_shuffle (default 0).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")] = False,
+) -> None:
+    """Compare packing algorithms and capacities on a file of lengths, before packing.
+
+    One row per capacity and algorithm: packs, lower bound L1, utilisation, excess over L1, planning time. Lengths over a capacity are clipped to it for that capacity (the caption counts them). first_fit_shuffle is left out of --algorithm all above 1,000,000 sequences (name it to run it).
+    """
+    from ..report import compare_plans, lengths_from_packed, read_lengths
+    from ..report._compare import parse_algorithms, parse_capacities
+
+    if (lengths is None) == (from_path is None):
+        given = "both" if lengths else "neither"
+        raise ValueError(f"pass LENGTHS or --from DIR, not {given}; e.g. `packwise plan lengths.npy`")
+    caps = parse_capacities(capacity)
+    algos = parse_algorithms(algorithm)
+    values = read_lengths(lengths) if lengths is not None else lengths_from_packed(from_path)
+    result = compare_plans(values, capacities=caps, algorithms=algos, seed=seed)
+    source = str(lengths if lengths is not None else from_path)
+    if json_out:
+        out.print_json(json.dumps({"source": source, **result}))
+    else:
+        table = plan_table(source, result)
+        if out.is_terminal:
+            out.print(table)
+        else:  # piped: rich would assume 80 columns and cut the names; print at the table's natural width
+            width = max(out.width, Measurement.get(out, out.options.update_width(1000), table).maximum)
+            Console(file=out.file, width=width, color_system=None).print(table)
+
+
+def plan_table(source: str, result: dict):
+    """The comparison as one rich table: rows capacity × algorithm, the fewest packs per capacity in bold."""
+    from rich.table import Table
+
+    t = Table(
+        title=f"packwise plan — {source}: {result['sequences']:,} sequences, {result['tokens']:,} tokens",
+        title_justify="left",
+    )
+    for col, justify in [
+        ("capacity", "right"), ("algorithm", "left"), ("packs", "right"), ("lower bound L1", "right"),
+        ("utilisation", "right"), ("excess over L1", "right"), ("time ms", "right"),
+    ]:  # fmt: skip
+        t.add_column(col, justify=justify, no_wrap=True)
+    for c in result["capacities"]:
+        rows = [r for r in result["rows"] if r["capacity"] == c]
+        best = min(r["packs"] for r in rows)
+        for r in rows:
+            style = "bold green" if r["packs"] == best else None
+            t.add_row(
+                f"{c:,}", r["algorithm"], f"{r['packs']:,}", f"{r['lower_bound']:,}", f"{r['utilisation']:.4f}",
+                f"{r['excess_pct']:.3f} %", f"{r['time_ms']:.1f}", style=style,
+            )  # fmt: skip
+        t.add_section()
+    notes = [
+        f"capacity {k['capacity']:,}: {k['sequences']:,} sequences over it clipped ({k['tokens_cut']:,} tokens cut)"
+        for k in result["clipped"]
+        if k["sequences"]
+    ] or ["no sequence is longer than any capacity (nothing clipped)"]
+    notes += [f"{s['algorithm']} skipped: {s['reason']}" for s in result["skipped"]]
+    t.caption = "\n".join([*notes, "bold: fewest packs at that capacity"])
+    t.caption_justify = "left"
+    return t
+
+
+plan.__doc__ = cleandoc(plan.__doc__ or "") + "\n" + EXAMPLES

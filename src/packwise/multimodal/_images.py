@@ -1,0 +1,153 @@
+"""Images for Qwen2/2.5-VL packing: load, size, preprocess, and MRoPE positions — all through transformers.
+
+An image becomes ``grid_thw = (t, h, w)`` patches of 14×14 pixels (``t = 1`` for a still image, whose frame
+is repeated to the temporal patch size 2), i.e. ``pixel_values (t·h·w, 1176)``, and ``t·h·w / merge²``
+``<|image_pad|>`` tokens between ``<|vision_start|>`` and ``<|vision_end|>`` in the text. Sizes follow
+``Qwen2VLImageProcessor``'s ``smart_resize`` between ``min_pixels`` and ``max_pixels`` (Qwen2-VL: 3,136 and
+12,845,056). Needs the ``hf`` extra (transformers + pillow); no torchvision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+QWEN2VL_MIN_PIXELS = 56 * 56
+QWEN2VL_MAX_PIXELS = 28 * 28 * 16384
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """How images are sized and tokenized (Qwen2-VL defaults; Qwen2.5 tokenizer ids).
+
+    Attributes:
+        min_pixels, max_pixels: the area bounds of ``smart_resize``.
+        patch_size: pixels per patch side (14).
+        merge_size: patches merged per token side (2): one image token per ``merge²`` patches.
+        temporal_patch_size: frames per temporal patch (2).
+        image_token_id, vision_start_token_id, vision_end_token_id: Qwen2.5 special tokens.
+    """
+
+    min_pixels: int = QWEN2VL_MIN_PIXELS
+    max_pixels: int = QWEN2VL_MAX_PIXELS
+    patch_size: int = 14
+    merge_size: int = 2
+    temporal_patch_size: int = 2
+    image_token_id: int = 151655
+    vision_start_token_id: int = 151652
+    vision_end_token_id: int = 151653
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def tokens(self, grid_thw) -> int:
+        """``<|image_pad|>`` tokens of an image: ``t·h·w / merge²``."""
+        t, h, w = (int(x) for x in grid_thw)
+        return t * h * w // self.merge_size**2
+
+    def processor(self):
+        """transformers' ``Qwen2VLImageProcessor`` (the PIL backend) with these bounds."""
+        from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+
+        return Qwen2VLImageProcessor(
+            size={"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels},
+            patch_size=self.patch_size,
+            merge_size=self.merge_size,
+            temporal_patch_size=self.temporal_patch_size,
+        )
+
+
+def load_image(path, where: str = "sample"):
+    """An RGB ``PIL.Image``.
+
+    Raises:
+        ValueError: the file does not exist or is not a readable image, naming ``where`` and the path.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(
+            f"{where}: image {p} does not exist; fix the path (relative paths are relative to the input file)"
+        )
+    try:
+        with Image.open(p) as img:
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"{where}: image {p} cannot be read ({type(e).__name__}: {e}); replace or remove it") from e
+
+
+def image_grid(image, spec: VisionSpec) -> tuple[int, int, int]:
+    """``(t, h, w)`` patch grid of an image without computing its pixels (the processor's smart_resize).
+
+    Example:
+        >>> from PIL import Image
+        >>> image_grid(Image.new("RGB", (112, 112)), VisionSpec())
+        (1, 8, 8)
+    """
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    width, height = image.size
+    factor = spec.patch_size * spec.merge_size
+    h, w = smart_resize(height, width, factor=factor, min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
+    return 1, h // spec.patch_size, w // spec.patch_size
+
+
+def process_images(paths: list, spec: VisionSpec, where: str = "pack"):
+    """``pixel_values (patches, 3·temporal·patch²)`` float32 and ``image_grid_thw (images, 3)`` int64.
+
+    Raises:
+        ValueError: a missing or unreadable image.
+    """
+    import torch
+
+    if not paths:
+        width = 3 * spec.temporal_patch_size * spec.patch_size**2
+        return torch.zeros(0, width), torch.zeros(0, 3, dtype=torch.int64)
+    images = [load_image(p, where) for p in paths]
+    out = spec.processor()(images=images, return_tensors="np")
+    return torch.from_numpy(np.asarray(out["pixel_values"], dtype=np.float32)), torch.from_numpy(
+        np.asarray(out["image_grid_thw"], dtype=np.int64)
+    )
+
+
+def mrope_position_ids(input_ids, mm_token_type_ids, image_grid_thw, *, spatial_merge_size: int = 2):
+    """``(3, L)`` int64 MRoPE positions of one sample, computed by transformers' Qwen2.5-VL ``get_rope_index``.
+
+    Text tokens count up on all three rows; image tokens get (temporal, height, width) positions.
+
+    Example:
+        >>> import torch
+        >>> ids = torch.tensor([1, 151652, 151655, 151655, 151655, 151655, 151653, 2])
+        >>> mrope_position_ids(ids, (ids == 151655).long(), torch.tensor([[1, 4, 4]])).tolist()
+        [[0, 1, 2, 2, 2, 2, 4, 5], [0, 1, 2, 2, 3, 3, 4, 5], [0, 1, 2, 3, 2, 3, 4, 5]]
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids).reshape(1, -1)
+    types = torch.as_tensor(mm_token_type_ids).reshape(1, -1).to(torch.int64)
+    grid = torch.as_tensor(image_grid_thw, dtype=torch.int64).reshape(-1, 3)
+    if not bool(types.any()):
+        return torch.arange(ids.shape[1]).expand(3, -1).clone()
+    pos, _ = _rope_index(spatial_merge_size)(ids, types, grid if grid.numel() else None)
+    return pos[:, 0].to(torch.int64)
+
+
+def _rope_index(spatial_merge_size: int):
+    """transformers' ``Qwen2_5_VLModel.get_rope_index`` bound to a config-only stand-in (no weights)."""
+    import types
+
+    from transformers import Qwen2_5_VLConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+
+    holder = types.SimpleNamespace(config=Qwen2_5_VLConfig(vision_config={"spatial_merge_size": spatial_merge_size}))
+    holder.get_vision_position_ids = types.MethodType(Qwen2_5_VLModel.get_vision_position_ids, holder)
+    return types.MethodType(Qwen2_5_VLModel.get_rope_index, holder)
+
+
+def expected_patches(grid_thw) -> int:
+    """Patches of an image: ``t·h·w``."""
+    return math.prod(int(x) for x in grid_thw)

@@ -1,0 +1,161 @@
+"""Images in the offline pipeline: token/image consistency, image-safe overflow, and the Parquet columns.
+
+Invariant kept everywhere: a sequence's ``<|image_pad|>`` tokens are exactly ``Σ t·h·w / merge²`` over its
+images, in order. Overflow never cuts inside an image's ``<|vision_start|> … <|vision_end|>`` block: it
+truncates before the block (the image and its tokens go together, counted) or drops the sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+
+from ..constants import IGNORE_INDEX
+from ..io._read import BadRow
+from ..multimodal import VisionSpec
+
+MM_COLUMN = "mm_token_type_ids"
+
+
+def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str) -> np.ndarray:
+    """``(L,)`` int8 ``mm_token_type_ids`` (0 text, 1 image) after checking the count against the images.
+
+    Raises:
+        BadRow: the number of ``<|image_pad|>`` tokens differs from what the images need (e.g. a literal
+            vision token typed in the text).
+    """
+    is_image = ids == spec.image_token_id
+    need = sum(spec.tokens(g) for _, g in refs)
+    if int(is_image.sum()) != need:
+        raise BadRow(
+            where, "messages", f"holds {int(is_image.sum())} <|image_pad|> tokens but its {len(refs)} image(s) need "
+            f"{need}; remove literal vision tokens from the text or fix the image list",
+        )  # fmt: skip
+    return is_image.astype(np.int8)
+
+
+def _blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:
+    starts = np.flatnonzero(ids == spec.vision_start_token_id).tolist()
+    ends = np.flatnonzero(ids == spec.vision_end_token_id).tolist()
+    return list(zip(starts, ends))
+
+
+def _cut(blocks: list[tuple[int, int]], start: int, end: int) -> int:
+    """Move a cut at ``end`` back before an image block it would split."""
+    for s, e in blocks:
+        if s < end <= e and s >= start:
+            return s
+    return end
+
+
+def overflow_with_media(samples, capacity: int, policy: str, locate, spec: VisionSpec):
+    """:func:`apply_overflow` for datasets with images (per sequence; only long sequences do any work).
+
+    Returns ``(samples, counts)`` with ``counts`` a dict of the OverflowCounts fields plus ``images_dropped``.
+    """
+    lengths = samples.lengths
+    counts = dict.fromkeys(
+        ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
+         "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "images_dropped"), 0,
+    )  # fmt: skip
+    if not (lengths > capacity).any():
+        return samples, counts
+    if policy == "error":
+        i = int(np.flatnonzero(lengths > capacity)[0])
+        raise ValueError(
+            f"{locate(int(samples.source[i]))}: sequence has {int(lengths[i])} tokens > capacity {capacity}; "
+            "pass --overflow truncate|split|drop (overflow=...) or raise --capacity"
+        )
+    pieces: list[tuple[int, int, int]] = []  # (sequence, start, end) in token coordinates of the sequence
+    media: list[list] = []
+    sources: list[int] = []
+    for i, n in enumerate(lengths.tolist()):
+        a = int(samples.offsets[i])
+        refs = samples.media[i]
+        if n <= capacity:
+            pieces.append((i, 0, n))
+            media.append(refs)
+            sources.append(int(samples.source[i]))
+            continue
+        ids = samples.ids[a : a + n]
+        loss = samples.labels[a : a + n] != IGNORE_INDEX
+        blocks = _blocks(ids, spec)
+        if policy == "drop":
+            counts["samples_dropped"] += 1
+            counts["tokens_dropped"] += n
+            counts["loss_tokens_dropped"] += int(loss.sum())
+            counts["images_dropped"] += len(refs)
+            continue
+        cuts, start = [], 0
+        while start < n:
+            end = min(start + capacity, n)
+            end = _cut(blocks, start, end) if end < n else end
+            if end == start or (policy == "truncate" and start > 0):
+                break
+            cuts.append((start, end))
+            start = end
+        kept = cuts[-1][1] if cuts else 0
+        if (policy == "split" and kept < n) or not cuts:  # an image block longer than the capacity
+            counts["samples_dropped"] += 1
+            counts["tokens_dropped"] += n
+            counts["loss_tokens_dropped"] += int(loss.sum())
+            counts["images_dropped"] += len(refs)
+            continue
+        if policy == "truncate":
+            counts["samples_truncated"] += 1
+            counts["tokens_truncated"] += n - kept
+            counts["loss_tokens_truncated"] += int(loss[kept:].sum())
+        else:
+            counts["samples_split"] += 1
+            counts["pieces_added"] += len(cuts) - 1
+        image = 0
+        for s, e in cuts:
+            inside = [b for b in blocks if s <= b[0] and b[1] < e]
+            pieces.append((i, s, e))
+            media.append(refs[image : image + len(inside)])
+            sources.append(int(samples.source[i]))
+            image += len(inside)
+        counts["images_dropped"] += len(refs) - image
+    starts = np.asarray([int(samples.offsets[i]) + s for i, s, _ in pieces], dtype=np.int64)
+    lens = np.asarray([e - s for _, s, e in pieces], dtype=np.int64)
+    idx = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    out = replace(
+        samples, ids=samples.ids[idx], labels=samples.labels[idx], offsets=offsets,
+        source=np.asarray(sources, dtype=np.int64), columns={k: v[idx] for k, v in samples.columns.items()},
+        media=media,
+    )  # fmt: skip
+    return out, counts
+
+
+def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
+    """Flat per-image paths and grids in pack order, plus images per sequence (for table slicing)."""
+    per_seq = np.asarray([len(media[i]) for i in order.tolist()], dtype=np.int32)
+    paths = [p for i in order.tolist() for p, _ in media[i]]
+    grids = np.asarray([g for i in order.tolist() for _, g in media[i]], dtype=np.int32).reshape(-1, 3)
+    seq_image_offsets = np.zeros(per_seq.shape[0] + 1, dtype=np.int64)
+    np.cumsum(per_seq, out=seq_image_offsets[1:])
+    pack_image_offsets = seq_image_offsets[seq_offsets]
+    return {
+        "per_seq": per_seq,
+        "paths": np.asarray(paths, dtype=object),
+        "grids": grids,
+        "pack_offsets": pack_image_offsets,
+    }
+
+
+def media_columns(arrays: dict, start: int, stop: int, seq_off: np.ndarray, s0: int, s1: int) -> dict[str, pa.Array]:
+    """``image_paths`` list<string>, ``image_grid_thw`` list<list<int32>>, ``images_per_sequence`` list<int32>."""
+    i0, i1 = int(arrays["pack_offsets"][start]), int(arrays["pack_offsets"][stop])
+    img_off = (arrays["pack_offsets"][start : stop + 1] - i0).astype(np.int32)
+    grids = pa.FixedSizeListArray.from_arrays(pa.array(arrays["grids"][i0:i1].reshape(-1)), 3)
+    return {
+        "image_paths": pa.ListArray.from_arrays(pa.array(img_off), pa.array(list(arrays["paths"][i0:i1]), pa.string())),
+        "image_grid_thw": pa.ListArray.from_arrays(pa.array(img_off), grids),
+        "images_per_sequence": pa.ListArray.from_arrays(
+            pa.array(seq_off.astype(np.int32)), pa.array(arrays["per_seq"][s0:s1])
+        ),
+    }
