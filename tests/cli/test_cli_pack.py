@@ -26,7 +26,11 @@ def test_pack_writes_shards_and_metadata(data, tmp_path, capsys):
     # BFD at C=8 on 5,3,7,2,6,1: [7,1] [6,2] [5,3] -> 3 packs, 24 tokens, utilisation 1.0
     assert (report["packs"], report["tokens_packed"], report["metrics"]["utilisation"]) == (3, 24, 1.0)
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["metadata.json", "packs-00000-of-00002.parquet", "packs-00001-of-00002.parquet"]
+    assert files == [
+        "metadata.json", "packs-00000-of-00002.parquet", "packs-00001-of-00002.parquet",
+        "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
+        "report.json", "report.md",
+    ]  # fmt: skip
     meta = read_metadata(out)
     assert meta["plan_hash"] == report["plan_hash"]
     assert meta["tokens_read"] == 24 and meta["capacity"] == 8 and "timings" not in meta

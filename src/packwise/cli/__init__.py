@@ -10,7 +10,10 @@ import sys
 import typer
 
 from ._console import err
+from ._inspect import inspect
 from ._pack import pack
+from ._plan import plan
+from ._report import report
 from ._verify import verify
 
 app = typer.Typer(
@@ -29,6 +32,9 @@ def _group() -> None:
 
 app.command(epilog="Exit codes: 0 ok, 1 bad input/options, 2 usage.")(pack)
 app.command(epilog="Exit codes: 0 every packwise path isolated, 1 a path failed or bad options, 2 usage.")(verify)
+app.command(epilog="Exit codes: 0 ok, 1 not a packed dataset or it was modified, 2 usage.")(report)
+app.command(epilog="Exit codes: 0 ok, 1 bad path, pack out of range or tokenizer not loadable, 2 usage.")(inspect)
+app.command(epilog="Exit codes: 0 ok, 1 bad lengths file or options, 2 usage.")(plan)
 
 
 def main(argv: list[str] | None = None) -> int:

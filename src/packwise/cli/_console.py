@@ -73,8 +73,9 @@ def report_table(report, output: str | None = None) -> Table:
             f"{m.speedup_vs_capacity:.2f}× vs pad-to-capacity (ceiling {m.speedup_ceiling:.2f}×)",
         ),
         ("plan hash", r.plan_hash[:16]),
-        ("time", " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items())),
     ]
+    if r.timings:
+        rows.append(("time", " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items())))
     if output:
         rows.append(("output", output))
     for k, v in rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from pathlib import Path
@@ -14,9 +15,11 @@ from ._console import err, out, progress_bars, report_table
 EXAMPLES = """
 Examples:
 
-  packwise pack                                  # chitchat (4,018 chats), qwen2.5, capacity 4096 -> ./packed
+  packwise pack                        # the 4,018 chitchat chats -> ./packed
+
   packwise pack data.jsonl -o out --capacity 8192 --overflow split
-  packwise pack data.parquet -o out --tokenizer ./my-tokenizer --algorithm mffd --json
+
+  packwise pack data.parquet -o out --tokenizer ./tok --algorithm mffd
 """
 
 
@@ -48,6 +51,10 @@ def pack(
     min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = 56 * 56,
     max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = 28 * 28 * 16384,
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
+    write_report_files: Annotated[
+        bool,
+        typer.Option("--report/--no-report", help="Write report.json, report.md and report-*.png next to the data."),
+    ] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty output directory.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or table.")] = False,
@@ -57,6 +64,7 @@ def pack(
     from ..multimodal import VisionSpec
     from ..pipeline import pack_columns
     from ..pipeline._demo import chitchat_input
+    from ..report import plot_dependency_error, write_report
 
     if packs_per_shard < 1:
         raise ValueError(f"--packs-per-shard must be >= 1, got {packs_per_shard}")
@@ -87,10 +95,21 @@ def pack(
         advance = progress("write", n) if progress else None
         write_packed(output, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
         report.timings["write"] = time.perf_counter() - t
+        report_files = []
+        if write_report_files:
+            t = time.perf_counter()
+            report_files = write_report(output, report)
+            report.timings["report"] = time.perf_counter() - t
     if json_out:
-        out.print_json(json.dumps({**report.to_dict(), "output": str(output)}))
+        files = [str(f) for f in report_files]
+        out.print_json(json.dumps({**report.to_dict(), "output": str(output), "report_files": files}))
     elif not quiet:
         out.print(report_table(report, str(output)))
+        if report_files:
+            n_plots = len(report_files) - 2
+            out.print(f"[bold cyan]report[/]           {report_files[1]} ({n_plots} plots)", highlight=False)
+    if report_files and not (quiet or json_out) and (why := plot_dependency_error()):
+        err.print(f"[yellow]plots skipped:[/] {why}", highlight=False, soft_wrap=True)
     for msg in report.skipped_examples:
         err.print(f"[yellow]skipped:[/] {msg}", highlight=False, soft_wrap=True)
 
@@ -102,4 +121,4 @@ def metadata(report) -> dict:
     return meta
 
 
-pack.__doc__ = (pack.__doc__ or "") + EXAMPLES
+pack.__doc__ = inspect.cleandoc(pack.__doc__ or "") + "\n" + EXAMPLES
