@@ -115,3 +115,202 @@ def test_cli_reports_error_and_exit_code(write_jsonl, tmp_path, capsys):
     assert main(["pack", str(path), "-o", str(tmp_path / "out")]) == 1
     assert "line 1: malformed JSON" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# --- planner, assembler, stream and CLI entries of the catalogue ---------------------------------------------------
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from packwise.assemble import assemble_pack  # noqa: E402
+from packwise.plan import plan_packs  # noqa: E402
+from packwise.stream import PackingStream  # noqa: E402
+
+LAYER_CASES = [
+    (
+        "planner: length over capacity",
+        lambda: plan_packs([5, 9000], capacity=8192),
+        ValueError,
+        "sequence 1 has 9000 tokens > capacity 8192; truncate or split it",
+    ),
+    (
+        "planner: None in lengths",
+        lambda: plan_packs([5, None], capacity=8),
+        TypeError,
+        "lengths must be integers, got dtype object",
+    ),
+    (
+        "planner: capacity as float",
+        lambda: plan_packs([5], capacity=8.0),
+        ValueError,
+        "capacity must be an integer >= 1 (tokens per pack), got 8.0",
+    ),
+    (
+        "assembler: non-numeric column",
+        lambda: assemble_pack([{"input_ids": [1, 2], "x": __import__("numpy").array([object(), object()])}]),
+        TypeError,
+        "sequence 0: column 'x' cannot become a tensor",
+    ),
+    (
+        "assembler: empty sequence",
+        lambda: assemble_pack([{"input_ids": [1]}, {"input_ids": []}]),
+        ValueError,
+        "sequence 1 is empty (0 tokens)",
+    ),
+    (
+        "stream: sample without input_ids",
+        lambda: list(PackingStream([{"text": "hi"}], capacity=8, buffer_size=2)),
+        ValueError,
+        "sample 0 has no input_ids (dict); pass length_fn=",
+    ),
+    (
+        "stream: buffer_size 0",
+        lambda: PackingStream([], capacity=8, buffer_size=0),
+        ValueError,
+        "buffer_size must be an integer >= 1 (samples per window), got 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "exc", "message"), LAYER_CASES, ids=[c[0] for c in LAYER_CASES])
+def test_layer_catalogue(case, call, exc, message):
+    with pytest.raises(exc) as info:
+        call()
+    assert message in str(info.value)
+
+
+CLI_CASES = [
+    (["pack", "--no-such-flag"], 2, "No such option: --no-such-flag"),
+    (["pack", "--capacity", "abc"], 2, "Invalid value for '--capacity'"),
+    (["pack", "{tmp}/missing.jsonl", "-o", "{tmp}/o"], 1, "missing.jsonl does not exist"),
+    (["pack", "{data}", "-o", "{tmp}/o", "--packs-per-shard", "0"], 1, "--packs-per-shard must be >= 1, got 0"),
+    (
+        ["pack", "{data}", "-o", "{tmp}/o", "--format", "csv"],
+        1,
+        "unknown --format 'csv'; use one of jsonl, parquet, hf",
+    ),
+    (["pack", "{data}", "-o", "{tmp}/o", "--algorithm", "nope"], 1, "unknown packing algorithm 'nope'"),
+    (
+        ["pack", "{data}", "-o", "{tmp}/o", "--overflow", "squash"],
+        1,
+        "overflow='squash': Input should be 'truncate', 'split', 'drop' or 'error'",
+    ),
+    (
+        ["pack", "{data}", "-o", "{tmp}/o", "--config", "{tmp}/missing.yaml"],
+        1,
+        "config file {tmp}/missing.yaml does not exist",
+    ),
+    (["inspect", "{tmp}/nothing"], 1, "{tmp}/nothing is not a directory; pass the output directory of `packwise pack`"),
+]
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), CLI_CASES, ids=[" ".join(c[0][:3]) for c in CLI_CASES])
+def test_cli_catalogue(argv, code, message, tmp_path, write_jsonl, capsys):
+    data = write_jsonl([{"input_ids": [1, 2, 3]}])
+    fmt = {"tmp": str(tmp_path), "data": str(data)}
+    assert main([a.format(**fmt) for a in argv]) == code
+    captured = capsys.readouterr()
+    assert message.format(**fmt) in captured.err + captured.out
+    assert not (tmp_path / "o").exists()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 200_000) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                ["messages", "role", "content", "input_ids", "labels", "loss_mask", "prompt", "completion", "x"]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blob=st.binary(max_size=300))
+def test_fuzz_jsonl_random_bytes(blob, tmp_path, qwen):
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(blob)
+    _only_clean_errors(lambda: pack_dataset(path, capacity=16, tokenizer=qwen, skip_bad_rows=True))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(json_values, min_size=1, max_size=4))
+def test_fuzz_jsonl_random_json_shapes(rows, tmp_path, qwen):
+    path = tmp_path / "fuzz.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for skip in (False, True):
+        _only_clean_errors(lambda skip=skip: pack_dataset(path, capacity=16, tokenizer=qwen, skip_bad_rows=skip))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blob=st.binary(max_size=300))
+def test_fuzz_parquet_random_bytes(blob, tmp_path):
+    path = tmp_path / "fuzz.parquet"
+    path.write_bytes(blob)
+    with pytest.raises(ValueError, match="cannot be read as parquet|is empty"):
+        pack_dataset(path, capacity=16)
+
+
+def _only_clean_errors(call):
+    try:
+        _, report = call()
+    except ValueError as e:  # bad input must be a ValueError with a message, never a crash
+        assert str(e)
+        return
+    # accounting always balances (report.check() also ran inside pack_dataset)
+    assert report.tokens_read == report.tokens_packed + report.tokens_truncated + report.tokens_dropped
+    assert report.rows_read == report.rows_skipped + report.samples
+
+
+KILLER = """
+import sys, time, pyarrow.parquet as pq
+real = pq.write_table
+def slow(table, where, **kw):
+    real(table, where, **kw)
+    print("wrote", where, flush=True)
+    time.sleep(60)
+pq.write_table = slow
+from packwise.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_killed_write_leaves_no_partial_dataset(tmp_path, write_jsonl):
+    data = write_jsonl([{"input_ids": list(range(1, n + 1))} for n in (5, 3, 7, 2)])
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLER, "pack", str(data), "-o", str(out), "--capacity", "8", "--packs-per-shard", "1", "-q"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    line = proc.stdout.readline()  # the first shard is on disk, the write is in progress
+    assert "wrote" in line
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(0.1)
+    assert not out.exists()  # nothing visible at the output path
+    assert all(p.name.startswith(".out.tmp-") for p in tmp_path.iterdir() if p.name != "data.jsonl")
+
+
+def test_same_input_same_bytes_and_plan_hash(tmp_path, write_jsonl, qwen):
+    data = write_jsonl(
+        [GOOD, {"messages": [{"role": "user", "content": "Hey"}, {"role": "assistant", "content": "Yo"}]}]
+    )
+    hashes = []
+    for name in ("a", "b"):
+        assert main(["pack", str(data), "-o", str(tmp_path / name), "--capacity", "64", "-q"]) == 0
+        hashes.append(json.loads((tmp_path / name / "metadata.json").read_text())["plan_hash"])
+    assert hashes[0] == hashes[1]
+    for f in (tmp_path / "a").iterdir():
+        assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes(), f.name
+    assert torch.__version__  # torch import kept for the assembler cases

@@ -16,6 +16,8 @@ _EXPORTS = {
     "PackReport": "packwise.pipeline",
     "plan_packs": "packwise.plan",
     "PackPlan": "packwise.plan",
+    "PackingConfig": "packwise.config",
+    "Topology": "packwise.config",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -10,6 +10,7 @@ import sys
 import typer
 
 from ._console import err
+from ._config import app as config_app
 from ._inspect import inspect
 from ._pack import pack
 from ._plan import plan
@@ -35,6 +36,13 @@ app.command(epilog="Exit codes: 0 every packwise path isolated, 1 a path failed 
 app.command(epilog="Exit codes: 0 ok, 1 not a packed dataset or it was modified, 2 usage.")(report)
 app.command(epilog="Exit codes: 0 ok, 1 bad path, pack out of range or tokenizer not loadable, 2 usage.")(inspect)
 app.command(epilog="Exit codes: 0 ok, 1 bad lengths file or options, 2 usage.")(plan)
+app.add_typer(config_app, name="config")
+
+
+def _pydantic_error(x: dict) -> str:
+    msg = str(x.get("msg", x)).removeprefix("Value error, ")
+    loc = ".".join(str(p) for p in x.get("loc", ()))
+    return f"{loc}={x.get('input')!r}: {msg}" if loc else msg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=False)
     except (ValueError, TypeError, FileNotFoundError) as e:
+        errors = getattr(e, "errors", None)
+        if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic: one line per broken rule
+            message = "; ".join(_pydantic_error(x) for x in e.errors())
+            err.print(f"[bold red]error:[/] invalid configuration: {message}", highlight=False, soft_wrap=True)
+            return 1
         err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 1
     except typer.Exit as e:

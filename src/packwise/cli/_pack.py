@@ -24,6 +24,7 @@ Examples:
 
 
 def pack(
+    ctx: typer.Context,
     input_path: Annotated[
         Path | None, typer.Argument(metavar="INPUT", help="JSONL, Parquet, or saved HF dataset dir; default: chitchat")
     ] = None,
@@ -48,6 +49,10 @@ def pack(
     max_sequences_per_pack: Annotated[int | None, typer.Option(help="At most this many sequences per pack.")] = None,
     min_packs: Annotated[int | None, typer.Option(help="At least this many packs (split the fullest).")] = None,
     pack_count_multiple: Annotated[int | None, typer.Option(help="Pack count a multiple of this (DP ranks).")] = None,
+    alignment: Annotated[int | None, typer.Option(help="Plan each sequence at a multiple of this (CP/TP/FP8).")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="A PackingConfig file (.yaml/.toml/.json); flags override it.")
+    ] = None,
     min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = 56 * 56,
     max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = 28 * 28 * 16384,
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
@@ -60,34 +65,27 @@ def pack(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or table.")] = False,
 ) -> None:
     """Tokenize, plan and write packed, training-ready Parquet with exact token accounting."""
+    from ..config import PackingConfig
     from ..io._write import check_output_dir, write_packed
-    from ..multimodal import VisionSpec
     from ..pipeline import pack_columns
     from ..pipeline._demo import chitchat_input
     from ..report import plot_dependency_error, write_report
 
     if packs_per_shard < 1:
         raise ValueError(f"--packs-per-shard must be >= 1, got {packs_per_shard}")
+    given = {k: v for k, v in ctx.params.items() if _from_command_line(ctx, k)}
+    options = {k: given[k] for k in CONFIG_FLAGS if k in given} if config else {k: ctx.params[k] for k in CONFIG_FLAGS}
+    for key in ("min_pixels", "max_pixels"):
+        if key in options:
+            options.setdefault("multimodal", {})[key] = options.pop(key)
+    if config:
+        cfg = PackingConfig.from_file(config, **options)
+    else:
+        cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
     check_output_dir(output, overwrite=overwrite)
     data = chitchat_input if input_path is None else input_path
     with progress_bars(quiet or json_out) as progress:
-        packed, report = pack_columns(
-            data,
-            capacity=capacity,
-            tokenizer=tokenizer,
-            algorithm=algorithm,
-            seed=seed,
-            overflow=overflow,
-            loss_on=loss_on,
-            chat_template=chat_template,
-            skip_bad_rows=skip_bad_rows,
-            max_sequences_per_pack=max_sequences_per_pack,
-            format=input_format,
-            progress=progress,
-            min_packs=min_packs,
-            pack_count_multiple=pack_count_multiple,
-            vision=VisionSpec(min_pixels=min_pixels, max_pixels=max_pixels),
-        )
+        packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
         t = time.perf_counter()
         n = packed.num_packs
         bounds = list(range(0, n, packs_per_shard)) or [0]
@@ -112,6 +110,18 @@ def pack(
         err.print(f"[yellow]plots skipped:[/] {why}", highlight=False, soft_wrap=True)
     for msg in report.skipped_examples:
         err.print(f"[yellow]skipped:[/] {msg}", highlight=False, soft_wrap=True)
+
+
+#: CLI flags that are PackingConfig fields (flags given on the command line override a --config file).
+CONFIG_FLAGS = (
+    "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
+    "max_sequences_per_pack", "min_packs", "pack_count_multiple", "alignment", "min_pixels", "max_pixels",
+)  # fmt: skip
+
+
+def _from_command_line(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 def metadata(report) -> dict:

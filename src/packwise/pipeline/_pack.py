@@ -63,6 +63,8 @@ def pack_columns(
     vision=None,
     min_packs: int | None = None,
     pack_count_multiple: int | None = None,
+    alignment: int = 1,
+    algorithm_options: dict | None = None,
 ) -> tuple[PackedColumns, PackReport]:
     """:func:`pack_dataset` without the final table: the flat packed columns (for sharded writes)."""
     from ..tokenize import load_tokenizer, tokenizer_fingerprint, tokenizer_name
@@ -116,6 +118,8 @@ def pack_columns(
         max_sequences_per_pack=max_sequences_per_pack,
         min_packs=min_packs,
         pack_count_multiple=pack_count_multiple,
+        alignment=alignment,
+        **(algorithm_options or {}),
     )
     timings["plan"] = time.perf_counter() - t
 
@@ -158,6 +162,8 @@ def pack_columns(
         timings=timings,
         skipped_examples=[msg for _, msg in skipped[:5]],
         multimodal=images,
+        alignment=plan.alignment,
+        algorithm_options=dict(algorithm_options or {}),
     )
     report.check()
     return packed, report
@@ -176,7 +182,9 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
             ``algorithm``, ``seed``, ``overflow`` (``truncate``/``split``/``drop``/``error``), ``loss_on``
             (``assistant``/``all``), ``chat_template`` (``"chatml"``, a string or a ``.jinja`` path),
             ``skip_bad_rows``, ``max_sequences_per_pack``, ``min_packs``, ``pack_count_multiple``, ``format``,
-            ``progress``, ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes).
+            ``progress``, ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment``
+            (plan on lengths rounded up to this multiple), ``algorithm_options``. A
+            :class:`packwise.PackingConfig` gives all of them: ``pack_dataset(data, **cfg.pipeline_kwargs())``.
 
     Returns:
         ``(packed, report)``: a ``pyarrow.Table`` (a ``datasets.Dataset`` when given one) with the columns

@@ -53,6 +53,8 @@ class PackReport:
     timings: dict[str, float] = field(default_factory=dict)
     skipped_examples: list[str] = field(default_factory=list)
     multimodal: dict | None = None  # VisionSpec fields + images_packed / images_dropped, for data with images
+    alignment: int = 1  # sequences were planned at lengths rounded up to this multiple
+    algorithm_options: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""

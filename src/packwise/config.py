@@ -1,0 +1,258 @@
+"""``PackingConfig``: every pipeline option in one validated, frozen place (pydantic v2, extra ``config``).
+
+Two settings that disagree must fail when the config is built — a second at setup — not at the first
+forward of a 30 B job. Each rule below names both keys, their values and the fix.
+
+Rules (and why):
+
+1. ``consumer.mrope`` or ``consumer.multi_token_prediction`` with ``emit.position_ids=False``: MRoPE and MTP
+   consumers read position ids; without them every sequence after the first gets wrong positions.
+2. ``topology.cp > 1`` with an ``alignment`` not divisible by ``2·cp``: the zigzag split cuts every
+   sequence into ``2·cp`` chunks; Transformer Engine silently rounds other lengths down (TE #1929).
+3. ``topology.sequence_parallel`` with ``tp > 1`` and an ``alignment`` not divisible by ``tp·cp``: the
+   sequence dimension is sharded over tensor-parallel ranks.
+4. ``topology.fp8`` with an ``alignment`` not divisible by 16: FP8 GEMMs need multiples of 16 tokens.
+5. ``fixed_width`` with a ``capacity`` not divisible by the ``alignment``: a fixed-width pack is padded to
+   the capacity, which must itself be aligned.
+6. ``topology.pp > 1`` without ``fixed_width``: pipeline stages exchange fixed ``[b, s]`` buffers, so every
+   micro-batch must have the same length.
+7. ``algorithm_options`` an algorithm does not take, or ``delta < 0`` for ``balanced_greedy_knapsack``.
+8. ``max_sequences_per_pack < 1``.
+9. ``min_packs`` or ``pack_count_multiple`` with streaming (``buffer_size`` set): a stream cannot know the
+   final pack count in advance.
+10. ``layout="padded"`` with ``consumer.varlen_only``: varlen kernels (flash-attn varlen, TE THD) take one
+    THD row, not ``[P, S]`` rows.
+
+Example:
+    >>> cfg = PackingConfig(capacity=8192, topology={"tp": 4, "cp": 2, "sequence_parallel": True})
+    >>> cfg.resolved_alignment
+    8
+    >>> PackingConfig(capacity=4096, topology={"pp": 2})
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for PackingConfig
+      Value error, topology.pp=2 needs fixed_width=True (got fixed_width=False): ...
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .plan import alignment_multiple
+from .plan._api import ALGORITHM_OPTIONS, check_algorithm_options, resolve_algorithm
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Topology(_Frozen):
+    """Parallelism of the consumer: tensor, context and pipeline parallel sizes, sequence parallel, FP8."""
+
+    tp: int = Field(1, ge=1)
+    cp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    sequence_parallel: bool = False
+    fp8: bool = False
+
+
+class Emit(_Frozen):
+    """Which optional fields the assembler emits."""
+
+    position_ids: bool = True
+    padding_mask: bool = True
+    seq_idx: bool = True
+
+
+class Consumer(_Frozen):
+    """What the model needs: MRoPE positions, multi-token prediction, THD-only (varlen) kernels."""
+
+    mrope: bool = False
+    multi_token_prediction: bool = False
+    varlen_only: bool = False
+
+
+class Multimodal(_Frozen):
+    """Image sizing bounds (Qwen2-VL ``smart_resize``)."""
+
+    min_pixels: int = Field(56 * 56, ge=1)
+    max_pixels: int = Field(28 * 28 * 16384, ge=1)
+
+
+class PackingConfig(_Frozen):
+    """Every packwise pipeline option, validated at construction (see the module docstring for the rules).
+
+    Attributes:
+        capacity: tokens per pack.
+        algorithm: planner name or alias; ``algorithm_options`` its options (e.g. ``{"delta": 5}``).
+        overflow: ``truncate`` | ``split`` | ``drop`` | ``error``.
+        topology: parallel sizes (a dict is accepted).
+        alignment: per-sequence alignment in tokens; None = derived from the topology.
+        layout: ``thd`` (one row) or ``padded`` (``[P, S]``).
+        fixed_width: pad every pack to ``capacity`` (pipeline parallelism, CUDA graphs).
+        emit: optional fields to emit; ``labels``: ``hf`` (unshifted) or ``shifted`` (Megatron).
+        loss_reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` (see ``packwise.loss``).
+        buffer_size: streaming window in samples (None = offline, whole dataset).
+        consumer: what the model needs; ``multimodal``: image sizing.
+        tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
+        skip_bad_rows: as in ``packwise pack``.
+    """
+
+    capacity: int = Field(4096, ge=1)
+    algorithm: str = "best_fit_decreasing"
+    algorithm_options: dict[str, Any] = Field(default_factory=dict)
+    overflow: Literal["truncate", "split", "drop", "error"] = "truncate"
+    topology: Topology = Field(default_factory=Topology)
+    alignment: int | None = Field(None, ge=1)
+    layout: Literal["thd", "padded"] = "thd"
+    fixed_width: bool = False
+    emit: Emit = Field(default_factory=Emit)
+    labels: Literal["hf", "shifted"] = "hf"
+    loss_reduction: Literal["token_mean", "sequence_mean", "sum"] = "token_mean"
+    buffer_size: int | None = Field(None, ge=1)
+    consumer: Consumer = Field(default_factory=Consumer)
+    multimodal: Multimodal = Field(default_factory=Multimodal)
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    loss_on: Literal["assistant", "all"] = "assistant"
+    seed: int | None = None
+    max_sequences_per_pack: int | None = None
+    min_packs: int | None = Field(None, ge=0)
+    pack_count_multiple: int | None = Field(None, ge=1)
+    skip_bad_rows: bool = False
+
+    @field_validator("algorithm")
+    @classmethod
+    def _algorithm(cls, v: str) -> str:
+        return resolve_algorithm(v)
+
+    @field_validator("max_sequences_per_pack")
+    @classmethod
+    def _max_seqs(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"max_sequences_per_pack={v} must be >= 1 (or None for no limit)")
+        return v
+
+    @property
+    def resolved_alignment(self) -> int:
+        """The alignment in tokens: ``alignment`` if set, else derived from ``topology``."""
+        if self.alignment is not None:
+            return self.alignment
+        t = self.topology
+        return alignment_multiple(tp=t.tp, cp=t.cp, sequence_parallel=t.sequence_parallel, fp8=t.fp8)
+
+    @model_validator(mode="after")
+    def _rules(self) -> PackingConfig:
+        t, a, c = self.topology, self.resolved_alignment, self.consumer
+        needs_pos = (
+            "consumer.mrope" if c.mrope else "consumer.multi_token_prediction" if c.multi_token_prediction else ""
+        )
+        if needs_pos and not self.emit.position_ids:
+            raise ValueError(
+                f"{needs_pos}=True needs emit.position_ids=True (got False): the consumer reads position ids; set emit.position_ids: true"
+            )
+        if t.cp > 1 and a % (2 * t.cp):
+            raise ValueError(
+                f"topology.cp={t.cp} needs alignment divisible by 2*cp={2 * t.cp} (got alignment={a}); "
+                f"set alignment to a multiple of {2 * t.cp} or leave it unset to derive it"
+            )
+        if t.sequence_parallel and t.tp > 1 and a % (t.tp * t.cp):
+            raise ValueError(
+                f"topology.sequence_parallel=True with tp={t.tp} needs alignment divisible by tp*cp={t.tp * t.cp} "
+                f"(got alignment={a}); leave alignment unset to derive it"
+            )
+        if t.fp8 and a % 16:
+            raise ValueError(
+                f"topology.fp8=True needs alignment divisible by 16 (got alignment={a}); use a multiple of 16"
+            )
+        if self.fixed_width and self.capacity % a:
+            raise ValueError(
+                f"fixed_width=True needs capacity divisible by alignment={a} (got capacity={self.capacity}); "
+                f"use capacity={self.capacity // a * a or a}"
+            )
+        if t.pp > 1 and not self.fixed_width:
+            raise ValueError(
+                f"topology.pp={t.pp} needs fixed_width=True (got fixed_width=False): pipeline stages exchange "
+                "fixed-size buffers; set fixed_width: true"
+            )
+        try:
+            check_algorithm_options(self.algorithm, self.algorithm_options)
+        except (TypeError, ValueError) as e:
+            takes = sorted(ALGORITHM_OPTIONS[self.algorithm]) or "no options"
+            raise ValueError(
+                f"algorithm_options={self.algorithm_options} do not fit algorithm={self.algorithm!r} ({e}); "
+                f"it takes {takes}"
+            ) from None
+        if self.buffer_size is not None and (self.min_packs is not None or self.pack_count_multiple is not None):
+            key = "min_packs" if self.min_packs is not None else "pack_count_multiple"
+            raise ValueError(
+                f"{key}={getattr(self, key)} cannot be combined with buffer_size={self.buffer_size} (streaming): a "
+                "stream does not know its final pack count; drop one of them"
+            )
+        if self.layout == "padded" and c.varlen_only:
+            raise ValueError(
+                "layout='padded' cannot feed consumer.varlen_only=True: varlen kernels take one THD row; "
+                "set layout: thd"
+            )
+        return self
+
+    # -- loading and showing ----------------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path, **overrides) -> PackingConfig:
+        """Load a ``.yaml``/``.yml``/``.toml``/``.json`` file; ``overrides`` (e.g. CLI flags) win.
+
+        Raises:
+            ValueError: the file is missing or unreadable, an unknown extension, or a rule is broken.
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"config file {p} does not exist")
+        text = p.read_text()
+        if p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        elif p.suffix == ".toml":
+            try:
+                import tomllib
+            except ModuleNotFoundError as e:  # Python 3.10
+                raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
+            data = tomllib.loads(text)
+        elif p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ValueError(f"config file {p}: unknown extension {p.suffix!r}; use .yaml, .toml or .json")
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
+        return cls(**{**data, **overrides})
+
+    def resolved(self) -> dict:
+        """The config as a plain dict with the derived alignment filled in."""
+        out = self.model_dump()
+        out["alignment"] = self.resolved_alignment
+        return out
+
+    def pipeline_kwargs(self) -> dict:
+        """Keyword arguments for :func:`packwise.pipeline.pack_columns`."""
+        from .multimodal import VisionSpec
+
+        return {
+            "capacity": self.capacity,
+            "tokenizer": self.tokenizer,
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "overflow": self.overflow,
+            "loss_on": self.loss_on,
+            "chat_template": self.chat_template,
+            "skip_bad_rows": self.skip_bad_rows,
+            "max_sequences_per_pack": self.max_sequences_per_pack,
+            "min_packs": self.min_packs,
+            "pack_count_multiple": self.pack_count_multiple,
+            "alignment": self.resolved_alignment,
+            "vision": VisionSpec(min_pixels=self.multimodal.min_pixels, max_pixels=self.multimodal.max_pixels),
+            **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
+        }
