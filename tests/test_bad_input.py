@@ -258,7 +258,7 @@ def test_fuzz_jsonl_random_json_shapes(rows, tmp_path, qwen):
 def test_fuzz_parquet_random_bytes(blob, tmp_path):
     path = tmp_path / "fuzz.parquet"
     path.write_bytes(blob)
-    with pytest.raises(ValueError, match="cannot be read as parquet|is empty"):
+    with pytest.raises(ValueError, match=r"cannot be read as parquet|is empty"):
         pack_dataset(path, capacity=16)
 
 

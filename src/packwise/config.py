@@ -153,7 +153,8 @@ class PackingConfig(_Frozen):
         )
         if needs_pos and not self.emit.position_ids:
             raise ValueError(
-                f"{needs_pos}=True needs emit.position_ids=True (got False): the consumer reads position ids; set emit.position_ids: true"
+                f"{needs_pos}=True needs emit.position_ids=True (got False): the consumer reads position ids; "
+                "set emit.position_ids: true"
             )
         if t.cp > 1 and a % (2 * t.cp):
             raise ValueError(

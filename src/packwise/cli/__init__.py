@@ -9,8 +9,8 @@ import sys
 
 import typer
 
-from ._console import err
 from ._config import app as config_app
+from ._console import err
 from ._inspect import inspect
 from ._pack import pack
 from ._plan import plan

@@ -1,0 +1,174 @@
+"""The Ray engine against the local engine: same plan, same accounting, same bytes; bad rows named the same
+way; no partial output on failure. One local Ray session (2 CPUs) for the whole module."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from packwise.cli._pack import metadata  # noqa: E402
+from packwise.integrations import ray as ray_engine  # noqa: E402
+from packwise.integrations.ray import pack_ray  # noqa: E402
+from packwise.io._write import write_packed  # noqa: E402
+from packwise.pipeline import pack_columns  # noqa: E402
+from packwise.pipeline._demo import chitchat_conversations  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return [{"messages": c} for c in chitchat_conversations()[:200]]
+
+
+def local_output(data, out, packs_per_shard=10_000, **options):
+    """What ``packwise pack`` writes (the CLI's own write path), for in-memory rows as well as paths."""
+    packed, report = pack_columns(data, **options)
+    n = packed.num_packs
+    bounds = list(range(0, n, packs_per_shard)) or [0]
+    tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
+    write_packed(out, tables, len(bounds), metadata(report))
+    return report
+
+
+def same_files(a, b, *, metadata=True):
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for name in names if metadata else [n for n in names if n != "metadata.json"]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+CONFIGS = [
+    ("list", {"capacity": 4096}),
+    ("jsonl", {"capacity": 1024, "overflow": "split", "packs_per_shard": 7}),
+    ("parquet", {"capacity": 2048, "algorithm": "ffs", "seed": 3, "max_sequences_per_pack": 4, "loss_on": "all"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "options"), CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_chitchat_same_packs_as_local_engine(kind, options, rows, qwen, tmp_path):
+    data = rows
+    if kind == "jsonl":
+        data = tmp_path / "chats.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" + ("\n" if i % 50 == 7 else "") for i, r in enumerate(rows)))
+    elif kind == "parquet":
+        data = tmp_path / "chats"
+        data.mkdir()
+        table = pa.Table.from_pylist(rows)
+        pq.write_table(table.slice(0, 120), data / "a.parquet", row_group_size=50)
+        pq.write_table(table.slice(120), data / "b.parquet")
+    local = local_output(data, tmp_path / "local", tokenizer=qwen, **options)
+    report = pack_ray(data, tmp_path / "ray", tokenizer="qwen2.5" if kind == "list" else qwen, **options)
+    assert metadata(report) == metadata(local)  # plan_hash, every count, metrics, fingerprints
+    assert (report.rows_read, report.samples, report.plan_hash) == (200, 200, local.plan_hash)
+    same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_pretokenized_dataset_with_bad_rows(tmp_path):
+    ids = [[(7 * i + j) % 1000 + 1 for j in range(2 + (37 * i) % 90)] for i in range(300)]
+    rows = [{"input_ids": x, "labels": [-100] * 2 + x[2:], "pos": list(range(len(x)))} for x in ids]
+    rows[5]["input_ids"] = []  # empty -> skipped
+    rows[170]["input_ids"] = [1, 999_999]  # outside qwen2.5's vocabulary -> skipped
+    rows[40]["labels"] = [1]  # wrong length -> skipped
+    table = pa.Table.from_pylist(rows)
+    path = tmp_path / "tok.parquet"
+    pq.write_table(table, path)
+    options = {"capacity": 64, "tokenizer": "qwen2.5", "skip_bad_rows": True, "packs_per_shard": 40}
+    local = local_output(path, tmp_path / "local", **options)
+    report = pack_ray(ray.data.from_arrow(table), tmp_path / "ray", **options)
+    ours, theirs = metadata(report), metadata(local)
+    assert (ours.pop("input"), theirs.pop("input")) == ("ray.data.Dataset", str(path))
+    ours.pop("input_fingerprint"), theirs.pop("input_fingerprint")
+    ours["skipped_examples"] = [m.replace("ray.data.Dataset", str(path)) for m in ours["skipped_examples"]]
+    assert ours == theirs  # plan, accounting and the bad rows, in the local engine's order
+    assert (report.rows_read, report.rows_skipped, report.samples) == (300, 3, 297)
+    assert [m.split(":")[0] for m in report.skipped_examples] == [f"ray.data.Dataset row {i}" for i in (5, 170, 40)]
+    same_files(tmp_path / "ray", tmp_path / "local", metadata=False)  # metadata: only the input name differs
+    blocks = ray.data.from_arrow([table.slice(0, 100), table.slice(100, 7), table.slice(107)])
+    again = pack_ray(blocks, tmp_path / "again", **options)
+    assert (again.input_fingerprint, again.plan_hash) == (report.input_fingerprint, report.plan_hash)
+
+
+GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+
+
+@pytest.mark.parametrize(
+    ("bad_lines", "message"),
+    [
+        ({3: '{"messages": ['}, "line 4: malformed JSON (Expecting value: line 2 column 1 (char 15)); fix the row"),
+        (
+            {2: json.dumps({"messages": [{"role": "user", "content": 5}]}), 1500: json.dumps({"messages": []})},
+            "line 3: field 'messages[0].content' is int, expected a string",
+        ),
+    ],
+    ids=["malformed_json", "bad_field"],
+)
+def test_bad_row_named_like_local_engine(bad_lines, message, qwen, tmp_path):
+    lines = [json.dumps(GOOD)] * 2000  # ~200 KB: 3 JSONL pieces
+    for i, line in bad_lines.items():
+        lines[i] = line
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as local_error:
+        pack_columns(path, capacity=64, tokenizer=qwen)
+    with pytest.raises(ValueError) as ray_error:
+        pack_ray(path, tmp_path / "out", capacity=64)
+    assert str(ray_error.value) == str(local_error.value)
+    assert str(ray_error.value).startswith(f"{path} {message}")
+    assert str(ray_error.value).endswith("pass --skip-bad-rows (skip_bad_rows=True) to skip and count it")
+    assert list(tmp_path.iterdir()) == [path]
+    local = local_output(path, tmp_path / "local", capacity=64, tokenizer=qwen, skip_bad_rows=True)
+    report = pack_ray(path, tmp_path / "ray", capacity=64, skip_bad_rows=True)
+    assert metadata(report) == metadata(local)
+    assert (report.rows_read, report.rows_skipped, report.samples) == (2000, len(bad_lines), 2000 - len(bad_lines))
+    assert report.skipped_examples[0].startswith(f"{path} {message}")
+    same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_failed_run_leaves_no_partial_output(rows, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    pack_ray(rows[:20], out, capacity=4096)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = ray_engine._write_group
+
+    def write_then_fail(meta, *parts):
+        real(meta, *parts)  # the shard file exists in the temporary directory
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ray_engine, "_write_group", write_then_fail)
+    with pytest.raises(ray.exceptions.RayTaskError, match="disk full"):
+        pack_ray(rows, out, capacity=512, overwrite=True, packs_per_shard=10)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary directory left
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old output is untouched
+    with pytest.raises(ValueError) as local_error:
+        pack_columns(rows[:8], capacity=64, overflow="error")
+    with pytest.raises(ValueError) as ray_error:
+        pack_ray(rows[:8], tmp_path / "new", capacity=64, overflow="error")
+    assert str(ray_error.value) == str(local_error.value)
+    assert "tokens > capacity 64; pass --overflow truncate|split|drop" in str(ray_error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_options_checked_before_work(tmp_path):
+    with pytest.raises(ValueError, match="unknown overflow policy 'cut'"):
+        pack_ray([GOOD], tmp_path / "o", overflow="cut")
+    with pytest.raises(ValueError, match="capacity must be an integer >= 1"):
+        pack_ray([GOOD], tmp_path / "o", capacity=0)
+    with pytest.raises(
+        TypeError, match=r"pack_ray takes a JSONL/Parquet path, a list of dict rows or a ray.data.Dataset, got dict"
+    ):
+        pack_ray({"messages": []}, tmp_path / "o")
+    assert list(tmp_path.iterdir()) == []
