@@ -33,7 +33,7 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
             needed = need.replace("-", "_").replace("megatron_energon", "megatron.energon")
             if importlib.util.find_spec(needed.split(".")[0]) is None:
                 pytest.skip(f"{page.name} block {i} needs {need}")
-        exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)  # noqa: S102
+        exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
 
 
 def test_api_reference_is_current():
