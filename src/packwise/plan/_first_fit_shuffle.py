@@ -9,6 +9,11 @@ convergence.
 First fit uses a segment tree over free space whose leaves hold the lowest pack index with that much
 room, so each sequence costs O(log C). Complexity O(N log C) Python steps (about a million sequences in
 a few seconds); deterministic for a given seed; never splits or drops.
+
+Measured (``benchmarks/bench_plan.py``; lognormal(6.1, 1.1) lengths clipped to [1, 4096], C = 4096, N = 1 M
+unless stated):
+first_fit_shuffle (seed 0): 186,041 packs (+0.218 % over L1 = 185,636); chitchat (qwen2.5, C = 4096): 777
+packs for L1 = 776.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import numpy as np
 from ._engine import INF, KeyTree
 
 
-def plan_first_fit_shuffle(costs: np.ndarray, capacity: int, max_seqs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def plan_first_fit_shuffle(costs: np.ndarray, capacity: int, max_seqs: int, seed: int) -> tuple[np.ndarray,
+np.ndarray]:
     n = costs.shape[0]
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
     tree = KeyTree(capacity + 1)

@@ -22,9 +22,10 @@ Complexity: O(N) for the histogram and a radix argsort (C < 65,536), plus O(E lo
 E, the number of events, depends on the distinct lengths and not on N. Deterministic; no sequence is
 split or dropped.
 
-Measured (``benchmarks/bench_plan.py``, lognormal(6.1, 1.1) lengths clipped to [1, 4096], C = 4096,
-N = 10 M, this 2-core machine): 1,852,744 packs for L1 = 1,852,702 (+0.0023 %) for both FFD and BFD;
-see ``benchmarks/README.md`` for times.
+Measured (``benchmarks/bench_plan.py``, lognormal(6.1, 1.1) lengths clipped to [1, 4096], C = 4096, this
+2-core machine): N = 10 M — 1,852,744 packs for L1 = 1,852,702 (+0.0023 %), both FFD and BFD, the same count
+as item-by-item BFD (seqpacker's reference run); N = 1 M — 185,640 for L1 = 185,636; chitchat (qwen2.5,
+C = 4096) — 776 = L1. Times in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ the paper (FFD).
 
 Planned on the histogram with groups of identical A-packs (see ``_engine``); the tests compare against an
 item-by-item reference. Complexity O(N) + O(E log C) Python steps; deterministic; never splits or drops.
+
+Measured (``benchmarks/bench_plan.py``; lognormal(6.1, 1.1) lengths clipped to [1, 4096], C = 4096, N = 1 M
+unless stated):
+modified_first_fit_decreasing: 185,640 packs (+0.0022 % over L1 = 185,636); N = 10 M: 1,852,744 (+0.0023 %);
+chitchat (qwen2.5, C = 4096): 776 = L1.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ Vectorised: ``next[i]``, the first sequence that no longer fits a pack starting 
 ``searchsorted`` over the cumulative lengths; the pack starts are the chain ``0 -> next[0] -> ...``,
 followed in O(P) scalar steps. Complexity O(N log N) numpy + O(P) Python steps; deterministic; never
 splits or drops.
+
+Measured (``benchmarks/bench_plan.py``; lognormal(6.1, 1.1) lengths clipped to [1, 4096], C = 4096, N = 1 M
+unless stated):
+next_fit: 226,100 packs (+21.80 % over L1 = 185,636); N = 10 M: 2,254,542 (+21.69 %); chitchat (qwen2.5, C =
+4096): 964 packs for L1 = 776.
 """
 
 from __future__ import annotations
