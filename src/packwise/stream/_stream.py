@@ -216,7 +216,13 @@ class PackingStream(IterableDataset):
             window += 1
 
     def _plan(self, window: int, base: int, samples: list[Mapping]) -> list[list[Mapping]]:
-        lengths = np.fromiter((self._length(s, base + j) for j, s in enumerate(samples)), np.int64, len(samples))
+        try:
+            if self.length_fn is not None:
+                lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
+            else:
+                lengths = np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples))
+        except (KeyError, TypeError, ValueError):  # find and name the bad sample
+            lengths = np.asarray([self._length(s, base + j) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
