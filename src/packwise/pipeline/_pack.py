@@ -13,8 +13,9 @@ from ..io._read import Format, RawInput, from_rows, read_input
 from ..plan import plan_packs
 from ._overflow import Overflow, apply_overflow
 from ._report import PackReport
-from ._samples import tokenize_rows, tokens_from_rows
+from ._samples import tokenize_rows
 from ._table import PackedColumns
+from ._tokens import tokens_from_rows
 
 #: ``progress(stage, total)`` returns a function that advances that stage by ``n``.
 Progress = Callable[[str, int], Callable[[int], None]]

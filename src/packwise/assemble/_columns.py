@@ -1,0 +1,152 @@
+"""Validation and concatenation of a pack's sequences: one pass over the sequences, cheap checks, then one
+``torch.cat`` per column (what :func:`packwise.assemble.assemble_pack` builds on)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+#: Per-sample tensors that are not per token (images, videos): concatenated in sequence order, not padded.
+MEDIA_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *MEDIA_KEYS)
+
+
+def as_tensor(value, name: str, index: int) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            return torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"sequence {index}: column {name!r} cannot become a tensor: {e}") from e
+    raise TypeError(f"sequence {index}: column {name!r} is {type(value).__name__}, expected a tensor or array")
+
+
+def _is_tensor_like(value) -> bool:
+    return isinstance(value, (torch.Tensor, np.ndarray)) or (
+        isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], (int, float, bool, list))
+    )
+
+
+@dataclass
+class _Columns:
+    lengths: list[int]
+    ids: torch.Tensor | None
+    labels: list[torch.Tensor | None]
+    masks: list[torch.Tensor | None]
+    positions: list[torch.Tensor | None]
+    extra: dict[str, torch.Tensor]
+    metadata: dict[str, list]
+    device: torch.device
+    media: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _names(seq: Mapping) -> list[str]:
+    return sorted(k for k, v in seq.items() if k not in RESERVED and v is not None and _is_tensor_like(v))
+
+
+def _collect(sequences: Sequence[Mapping]) -> _Columns:
+    """Validate every sequence (one pass, cheap checks) and concatenate what can be concatenated."""
+    names = _names(sequences[0])
+    meta_keys = [k for k, v in sequences[0].items() if k not in RESERVED and v is not None and k not in names]
+    first_keys = sequences[0].keys()
+    lengths, ids_list, labels, masks, positions = [], [], [], [], []
+    extra: dict[str, list] = {name: [] for name in names}
+    metadata: dict[str, list] = {k: [] for k in meta_keys}
+    media: dict[str, list] = {}
+    device = None
+    for i, seq in enumerate(sequences):
+        if i and seq.keys() != first_keys:
+            seq_names = _names(seq)
+            if seq_names != names:
+                diff = sorted(set(names) ^ set(seq_names))
+                raise ValueError(
+                    f"sequence {i}: per-token columns {seq_names} differ from sequence 0's {names} "
+                    f"(column {diff[0]!r}); a pack's sequences must carry the same columns "
+                    "(collate_packs fills columns across packs)"
+                )
+        ids = seq.get("input_ids")
+        if ids is not None:
+            if not isinstance(ids, torch.Tensor):
+                ids = as_tensor(ids, "input_ids", i)
+            if ids.dim() != 1:
+                ids = ids.reshape(-1)
+        if i and (ids is not None) != bool(ids_list):
+            raise ValueError(f"sequence {i}: input_ids present in some sequences but not others")
+        lab = seq.get("labels")
+        if lab is not None:
+            if not isinstance(lab, torch.Tensor):
+                lab = as_tensor(lab, "labels", i)
+            if lab.dim() != 1:
+                lab = lab.reshape(-1)
+        ref = ids if ids is not None else lab
+        if ref is None:
+            raise ValueError(f"sequence {i}: needs input_ids (or labels when a stage carries no tokens)")
+        length = ref.shape[0]
+        if length == 0:
+            raise ValueError(f"sequence {i} is empty (0 tokens); drop empty sequences before assembling")
+        if device is None:
+            device = ref.device
+        if lab is not None and lab.shape[0] != length:
+            raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
+        mask = seq.get("loss_mask") if lab is None else None
+        if mask is not None:
+            mask = (mask if isinstance(mask, torch.Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
+            if mask.shape[0] != length:
+                raise ValueError(
+                    f"sequence {i}: column 'loss_mask' has {mask.shape[0]} tokens but input_ids has {length}"
+                )
+            if ids is None:
+                raise ValueError(f"sequence {i}: loss_mask without input_ids; pass labels instead")
+        pos = seq.get("position_ids")
+        if pos is not None:
+            pos = pos if isinstance(pos, torch.Tensor) else as_tensor(pos, "position_ids", i)
+            if pos.dim() == 2 and pos.shape[0] == 1:
+                pos = pos[0]
+            if pos.dim() not in (1, 2) or pos.shape[-1] != length or (pos.dim() == 2 and pos.shape[0] != 3):
+                raise ValueError(
+                    f"sequence {i}: position_ids has shape {tuple(pos.shape)}; "
+                    f"expected ({length},) or MRoPE (3, {length})"
+                )
+        lengths.append(length)
+        if ids is not None:
+            ids_list.append(ids)
+        labels.append(lab)
+        masks.append(mask)
+        positions.append(pos)
+        for name in names:
+            col = seq[name]
+            col = col if isinstance(col, torch.Tensor) else as_tensor(col, name, i)
+            if col.dim() == 0 or col.shape[0] != length:
+                got = col.shape[0] if col.dim() else "a scalar"
+                raise ValueError(f"sequence {i}: column {name!r} has {got} tokens but input_ids has {length}")
+            extra[name].append(col)
+        for key in MEDIA_KEYS:
+            if seq.get(key) is not None:
+                value = seq[key] if isinstance(seq[key], torch.Tensor) else as_tensor(seq[key], key, i)
+                media.setdefault(key, []).append(value)
+        for key in seq.keys() - first_keys if i else ():
+            if key not in RESERVED and seq[key] is not None and key not in names:
+                metadata.setdefault(key, [None] * i)
+        for key, values in metadata.items():
+            values.append(seq.get(key))
+    joined = {}
+    for name, chunks in extra.items():
+        shapes = {tuple(c.shape[1:]) for c in chunks}
+        if len(shapes) > 1:
+            raise ValueError(f"column {name!r}: per-token shapes differ across sequences: {sorted(shapes)}")
+        dtype = chunks[0].dtype
+        for c in chunks[1:]:
+            dtype = torch.promote_types(dtype, c.dtype)
+        same = all(c.dtype == dtype and c.device == device for c in chunks)
+        joined[name] = torch.cat(chunks if same else [c.to(device=device, dtype=dtype) for c in chunks])
+    ids_cat = None
+    if ids_list:
+        ids_cat = torch.cat(ids_list) if len(ids_list) > 1 else ids_list[0]
+        if ids_cat.dtype != torch.int64 or ids_cat.device != device:
+            ids_cat = ids_cat.to(device=device, dtype=torch.int64)
+    media_cat = {k: torch.cat([t.to(device) for t in v]) for k, v in media.items()}
+    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat)
