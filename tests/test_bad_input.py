@@ -51,11 +51,13 @@ def test_reader_and_tokenizer_rows(case, lines, fragments, write_jsonl, qwen):
 TOKEN_CASES = [
     ("id_out_of_vocab", {"input_ids": [1, 151665]}, "field 'input_ids' has token id 151665 at position 1 outside the vocabulary [0, 151665)"),
     ("negative_id", {"input_ids": [1, -3]}, "has token id -3 at position 1"),
-    ("float_ids", {"input_ids": [1, 2.5]}, "field 'input_ids' contains 2.5; expected integers"),
+    ("float_ids", {"input_ids": [1, 2.5]}, "field 'input_ids' contains 2.5; expected a flat list of integers"),
     ("labels_length", {"input_ids": [1, 2], "labels": [1]}, "field 'labels' has 1 values but input_ids has 2"),
     ("loss_mask_length", {"input_ids": [1, 2], "loss_mask": [1, 1, 1]}, "field 'loss_mask' has 3 values but input_ids has 2"),
     ("column_length", {"input_ids": [1, 2], "extra": [1, 2, 3]}, "field 'extra' has 3 values but input_ids has 2"),
     ("empty_ids", {"input_ids": []}, "field 'input_ids' is empty"),
+    ("reserved_column", {"input_ids": [1, 2], "seq_lengths": [1, 1]}, "field 'seq_lengths' is a column packwise writes"),
+    ("bad_label", {"input_ids": [1, 2], "labels": [1, -7]}, "field 'labels' has -7 at position 1, neither -100 (no loss) nor a token id"),
 ]  # fmt: skip
 
 
@@ -73,6 +75,8 @@ def test_pretokenized_rows(case, row, fragment, fmt, write_jsonl, tmp_path, qwen
         import pyarrow.parquet as pq
 
         path = tmp_path / "data.parquet"
+        if case == "reserved_column":
+            pytest.skip("a Parquet column exists in every row: a file-level error (test_reserved_parquet_column)")
         names = dict.fromkeys([*good, *row])
         pq.write_table(pa.table({k: [good.get(k), row.get(k)] for k in names}), path)
         where = "data.parquet row 1"
@@ -81,6 +85,40 @@ def test_pretokenized_rows(case, row, fragment, fmt, write_jsonl, tmp_path, qwen
     assert where in str(info.value) and fragment in str(info.value)
     _, report = pack_dataset(path, capacity=8, tokenizer=qwen, skip_bad_rows=True)
     assert (report.rows_skipped, report.tokens_packed) == (1, 3)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_ids_and_labels_beyond_int32_are_bad_rows_not_wrapped(fmt, write_jsonl, tmp_path):
+    rows = [{"input_ids": [5, 6, 7]}, {"input_ids": [1, 2147483648]}, {"input_ids": [1, 2], "labels": [1, 2**33]}]
+    if fmt == "jsonl":
+        path = write_jsonl(rows)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "data.parquet"
+        pq.write_table(pa.table({"input_ids": [r["input_ids"] for r in rows], "labels": [r.get("labels") for r in rows]}), path)
+    with pytest.raises(ValueError, match="has token id 2147483648 at position 1 outside int32 token ids"):
+        pack_dataset(path, capacity=8)
+    _, report = pack_dataset(path, capacity=8, skip_bad_rows=True)
+    assert (report.rows_skipped, report.tokens_packed) == (2, 3)
+    assert "has 8589934592 at position 1, neither -100" in report.skipped_examples[1]
+
+
+def test_reserved_parquet_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "packed.parquet"
+    pq.write_table(pa.table({"input_ids": [[1, 2]], "seq_lengths": [[2]]}), path)
+    with pytest.raises(ValueError, match="field 'seq_lengths' is a column packwise writes .is this already packed data"):
+        pack_dataset(path, capacity=8)
+
+
+def test_labels_and_loss_mask_together_are_ambiguous(write_jsonl):
+    path = write_jsonl([{"input_ids": [1, 2], "labels": [1, 2], "loss_mask": [1, 1]}])
+    with pytest.raises(ValueError, match="field 'loss_mask' is given together with 'labels'; keep one of them"):
+        pack_dataset(path, capacity=8)
 
 
 def test_empty_file(write_jsonl):

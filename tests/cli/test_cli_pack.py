@@ -60,9 +60,21 @@ def test_refuses_non_empty_output_unless_overwrite(data, tmp_path, capsys):
     (out / "keep.txt").write_text("x")
     assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "-q"]) == 1
     assert "is not empty; pass --overwrite" in capsys.readouterr().err
+    # --overwrite never replaces a directory that is not an earlier packwise output
+    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "-q", "--overwrite"]) == 1
+    assert "is not a packwise output" in capsys.readouterr().err
     assert (out / "keep.txt").exists()
-    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "-q", "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "metadata.json").exists()
+    packed = tmp_path / "packed"
+    assert main(["pack", str(data), "-o", str(packed), "--capacity", "8", "-q"]) == 0
+    assert main(["pack", str(data), "-o", str(packed), "--capacity", "4", "-q", "--overwrite"]) == 0
+    assert json.loads((packed / "metadata.json").read_text())["capacity"] == 4
+
+
+def test_refuses_to_write_over_the_input(tmp_path, write_jsonl, capsys):
+    data = write_jsonl([{"input_ids": [1, 2]}])
+    assert main(["pack", str(data), "-o", str(tmp_path), "--overwrite", "-q"]) == 1
+    assert "is or contains the input" in capsys.readouterr().err
+    assert data.exists()
 
 
 def test_byte_identical_output(data, tmp_path):

@@ -52,8 +52,18 @@ def same_files(a, b, *, metadata=True):
 
 CONFIGS = [
     ("list", {"capacity": 4096}),
-    ("jsonl", {"capacity": 1024, "overflow": "split", "packs_per_shard": 7}),
-    ("parquet", {"capacity": 2048, "algorithm": "ffs", "seed": 3, "max_sequences_per_pack": 4, "loss_on": "all"}),
+    ("jsonl", {"capacity": 1024, "overflow": "split", "packs_per_shard": 7, "pack_count_multiple": 8}),
+    (
+        "parquet",
+        {
+            "capacity": 2048,
+            "algorithm": "ffs",
+            "seed": 3,
+            "max_sequences_per_pack": 4,
+            "alignment": 8,
+            "loss_on": "all",
+        },
+    ),
 ]
 
 
@@ -96,6 +106,9 @@ def test_pretokenized_dataset_with_bad_rows(tmp_path):
     assert (report.rows_read, report.rows_skipped, report.samples) == (300, 3, 297)
     assert [m.split(":")[0] for m in report.skipped_examples] == [f"ray.data.Dataset row {i}" for i in (5, 170, 40)]
     same_files(tmp_path / "ray", tmp_path / "local", metadata=False)  # metadata: only the input name differs
+    pack_ray(table, tmp_path / "table", **options)  # a pyarrow.Table, as pack_columns takes it: all equal
+    local_output(table, tmp_path / "table-local", **options)
+    same_files(tmp_path / "table", tmp_path / "table-local")
     blocks = ray.data.from_arrow([table.slice(0, 100), table.slice(100, 7), table.slice(107)])
     again = pack_ray(blocks, tmp_path / "again", **options)
     assert (again.input_fingerprint, again.plan_hash) == (report.input_fingerprint, report.plan_hash)
@@ -167,8 +180,32 @@ def test_options_checked_before_work(tmp_path):
         pack_ray([GOOD], tmp_path / "o", overflow="cut")
     with pytest.raises(ValueError, match="capacity must be an integer >= 1"):
         pack_ray([GOOD], tmp_path / "o", capacity=0)
-    with pytest.raises(
-        TypeError, match=r"pack_ray takes a JSONL/Parquet path, a list of dict rows or a ray.data.Dataset, got dict"
-    ):
+    with pytest.raises(ValueError, match="num_cpus must be an integer >= 1, got 0"):
+        pack_ray([GOOD], tmp_path / "o", num_cpus=0)
+    with pytest.raises(TypeError, match=r"pack_ray takes a JSONL/Parquet path, a ray.data.Dataset, .* got dict"):
         pack_ray({"messages": []}, tmp_path / "o")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # the first image loads the HF image processor (torch) in the driver and in a worker: ~10 s
+def test_images_same_packs_as_local_engine(tmp_path):
+    """Rows with images only in the last of 2 JSONL pieces: media columns and counts as the local engine's."""
+    skimage_data = pytest.importorskip("skimage.data")
+    from PIL import Image
+
+    from packwise.multimodal import VisionSpec
+
+    Image.fromarray(skimage_data.coffee()).save(tmp_path / "coffee.png")
+    image = {"role": "user", "content": [{"type": "image", "path": "coffee.png"}, {"type": "text", "text": "What?"}]}
+    rows = [
+        {"messages": [{"role": "user", "content": f"hi {i}"}, GOOD["messages"][1]]} for i in range(700)
+    ]  # ~75 KB: 2 pieces
+    rows[-1]["messages"][0] = image
+    path = tmp_path / "mm.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = {"capacity": 40, "vision": VisionSpec(max_pixels=112 * 112)}
+    local = local_output(path, tmp_path / "local", tokenizer="qwen2.5", **options)
+    report = pack_ray(path, tmp_path / "ray", **options)
+    assert metadata(report) == metadata(local)
+    assert report.multimodal["images_packed"] == 1
+    same_files(tmp_path / "ray", tmp_path / "local")

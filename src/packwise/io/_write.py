@@ -33,18 +33,53 @@ def shard_name(i: int, n: int) -> str:
     return f"packs-{i:05d}-of-{n:05d}.parquet"
 
 
-def check_output_dir(out, *, overwrite: bool) -> Path:
-    """Refuse a non-empty output directory unless ``overwrite`` (checked before any work is done).
+def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
+    """Refuse an unusable output path before any work is done.
+
+    ``overwrite`` only ever replaces an earlier packwise output (a directory with a packwise
+    ``metadata.json``) or an empty directory — never a directory holding anything else, the current
+    directory, or the input.
 
     Raises:
-        ValueError: ``out`` exists and is a file, or is a non-empty directory and ``overwrite`` is False.
+        ValueError: ``out`` is a file, a non-empty directory without ``overwrite``, a non-empty directory
+            that is not a packwise output, the input or a directory containing it, or below a file or an
+            unwritable directory.
     """
     out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise ValueError(f"output {out} is a dangling symbolic link; pass a directory path")
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {out} exists and is a file; pass a directory path")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ValueError(f"output directory {out} is not empty; pass --overwrite (overwrite=True) or another path")
+    resolved = out.resolve()
+    for src in inputs:
+        src = Path(src).resolve()
+        if src == resolved or resolved in src.parents:
+            raise ValueError(f"output {out} is or contains the input {src}; write the packs somewhere else")
+    if resolved == Path.cwd().resolve():
+        raise ValueError(f"output {out} is the current directory; pass a new directory, e.g. -o packed")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ValueError(f"output directory {out} is not empty; pass --overwrite (overwrite=True) or another path")
+        if not _is_packwise_output(out):
+            raise ValueError(
+                f"output directory {out} is not empty and is not a packwise output (no packwise metadata.json); "
+                "--overwrite only replaces earlier packwise outputs — pass a new or empty directory"
+            )
+    parent = resolved.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"output {out}: {parent} is a file, so the directory cannot be created")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"output {out}: no permission to write in {parent}")
     return out
+
+
+def _is_packwise_output(path: Path) -> bool:
+    try:
+        return json.loads((path / METADATA).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def write_packed(
@@ -70,6 +105,7 @@ def write_packed(
         ValueError: ``out`` is not empty and ``overwrite`` is False.
     """
     out = check_output_dir(out, overwrite=overwrite)
+    out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     umask = os.umask(0)

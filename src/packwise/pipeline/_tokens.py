@@ -1,5 +1,9 @@
 """Pre-tokenized rows (``input_ids`` + ``labels``/``loss_mask`` + per-token columns) to :class:`Samples`,
-row by row (JSONL, in-memory) or column by column (Parquet, HF directories)."""
+row by row (JSONL, in-memory) or column by column (Parquet, HF directories).
+
+Ids and labels are stored as int32: a token id must be in ``[0, 2**31)`` (``[0, vocab)`` with a
+tokenizer) and a label must be -100 or a token id — anything else is a bad row, never a silent wrap.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,24 @@ from ..io._read import BadRow, RawInput
 from ._samples import RowErrors, Samples
 
 RESERVED = ("input_ids", "labels", "loss_mask")
+#: Columns packwise writes; an input holding them is probably packed already and would be corrupted.
+OUTPUT_COLUMNS = ("seq_lengths", "source_index", "image_paths", "image_grid_thw", "images_per_sequence")
+ID_LIMIT = 2**31
+
+
+def _reserved(names, where: str) -> None:
+    clash = sorted(set(names) & set(OUTPUT_COLUMNS))
+    if clash:
+        raise BadRow(
+            where, clash[0], "is a column packwise writes (is this already packed data?)",
+            "pack the original samples, or rename/drop the column",
+        )  # fmt: skip
 
 
 def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bool) -> tuple[Samples, list]:
-    """Pre-tokenized rows (``input_ids`` + optional ``labels``/``loss_mask`` + per-token columns)."""
+    """Pre-tokenized rows (``input_ids`` + optional ``labels`` or ``loss_mask`` + per-token columns)."""
     if raw.table is not None:
+        _reserved(raw.table.column_names, raw.name)
         return _tokens_from_table(raw, vocab_size=vocab_size, skip_bad_rows=skip_bad_rows)
     errors = RowErrors(skip_bad_rows, raw)
     per_sample, source = [], []
@@ -27,6 +44,7 @@ def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bo
             continue
         where = raw.locate(i)
         try:
+            _reserved(row.keys(), where)
             ids = _int_list(row.get("input_ids"), where, "input_ids")
             if ids.shape[0] == 0:
                 raise BadRow(where, "input_ids", "is empty")
@@ -38,12 +56,7 @@ def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bo
             elif names != extra_names:
                 missing = sorted(set(extra_names) ^ set(names))
                 raise BadRow(where, missing[0], f"is a per-token column in some rows but not in this one ({names})")
-            cols = {}
-            for name in names:
-                arr = np.asarray(row[name])
-                if arr.shape[:1] != ids.shape:
-                    raise BadRow(where, name, f"has {arr.shape[0]} values but input_ids has {ids.shape[0]}")
-                cols[name] = arr
+            cols = {name: _column(row[name], ids.shape[0], where, name) for name in names}
         except BadRow as e:
             errors.bad(i, e)
             continue
@@ -58,52 +71,92 @@ def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bo
 def _int_list(value, where: str, name: str) -> np.ndarray:
     if not isinstance(value, (list, tuple, np.ndarray)):
         raise BadRow(where, name, f"is {type(value).__name__}, expected a list of token ids")
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (OverflowError, ValueError):
+        arr = np.asarray(value, dtype=object)
     if arr.size and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
-        bad = next((v for v in value if isinstance(v, bool) or not isinstance(v, int)), value[0])
-        raise BadRow(where, name, f"contains {bad!r}; expected integers")
+        flat = list(value) if arr.ndim == 1 else [value]
+        bad = next((v for v in flat if isinstance(v, bool) or not isinstance(v, int)), None)
+        if bad is None:  # Python ints too large for int64
+            bad = next(v for v in flat if not -(2**63) <= v < 2**63)
+            raise BadRow(where, name, f"contains {bad}, outside int32 token ids [0, {ID_LIMIT})")
+        raise BadRow(where, name, f"contains {bad!r}; expected a flat list of integers")
     return arr.astype(np.int64).reshape(-1)
 
 
 def _check_vocab(ids: np.ndarray, vocab_size: int | None, where: str) -> None:
-    lo = 0 if vocab_size is None else vocab_size
-    bad = np.flatnonzero((ids < 0) | (ids >= lo)) if vocab_size is not None else np.flatnonzero(ids < 0)
+    limit = ID_LIMIT if vocab_size is None else vocab_size
+    bad = np.flatnonzero((ids < 0) | (ids >= limit))
     if bad.size:
         p = int(bad[0])
-        limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+        what = f"the vocabulary [0, {vocab_size})" if vocab_size is not None else f"int32 token ids [0, {limit})"
         raise BadRow(
-            where,
-            "input_ids",
-            f"has token id {int(ids[p])} at position {p} outside the vocabulary {limit}",
+            where, "input_ids", f"has token id {int(ids[p])} at position {p} outside {what}",
             "re-tokenize with the tokenizer you pass, or pass the tokenizer the ids came from",
-        )
+        )  # fmt: skip
+
+
+def _check_labels(labels: np.ndarray, where: str) -> None:
+    bad = np.flatnonzero((labels != IGNORE_INDEX) & ((labels < 0) | (labels >= ID_LIMIT)))
+    if bad.size:
+        p = int(bad[0])
+        raise BadRow(
+            where, "labels", f"has {int(labels[p])} at position {p}, neither {IGNORE_INDEX} (no loss) nor a token id",
+            f"use {IGNORE_INDEX} for tokens without loss",
+        )  # fmt: skip
 
 
 def _labels(row: dict, ids: np.ndarray, where: str) -> np.ndarray:
+    if row.get("labels") is not None and row.get("loss_mask") is not None:
+        raise BadRow(where, "loss_mask", "is given together with 'labels'", "keep one of them (labels say more)")
     if row.get("labels") is not None:
         labels = _int_list(row["labels"], where, "labels")
         if labels.shape != ids.shape:
             raise BadRow(where, "labels", f"has {labels.shape[0]} values but input_ids has {ids.shape[0]}")
+        _check_labels(labels, where)
         return labels
     if row.get("loss_mask") is not None:
-        mask = np.asarray(row["loss_mask"])
+        if not isinstance(row["loss_mask"], (list, tuple)):
+            raise BadRow(where, "loss_mask", f"is {type(row['loss_mask']).__name__}, expected a list of 0/1")
+        mask = np.asarray(row["loss_mask"], dtype=object)
+        if mask.ndim != 1:
+            raise BadRow(where, "loss_mask", "is not a flat list of 0/1")
         if mask.shape != ids.shape:
             raise BadRow(where, "loss_mask", f"has {mask.shape[0]} values but input_ids has {ids.shape[0]}")
-        if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():
+        if not all(v in (0, 1) and not isinstance(v, float) for v in row["loss_mask"]):
             raise BadRow(where, "loss_mask", "must hold only 0/1 or true/false")
         return np.where(mask.astype(bool), ids, IGNORE_INDEX)
     return ids.copy()
+
+
+def _column(value: list, n: int, where: str, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except (OverflowError, ValueError) as e:
+        raise BadRow(where, name, f"cannot be a numeric array ({e})") from None
+    if arr.dtype.kind not in "biuf":
+        raise BadRow(where, name, f"mixes types ({arr.dtype}); a per-token column holds numbers or booleans")
+    if arr.shape[:1] != (n,):
+        raise BadRow(where, name, f"has {arr.shape[0]} values but input_ids has {n}")
+    return arr
 
 
 def _is_numeric_list(v) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, (int, float, bool)) for x in v[:8])
 
 
-def _list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Flat values and per-row lengths of a (large) list array; null rows have length 0."""
+def _list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat values, per-row lengths (null rows: 0) and per-row "has a null item" of a (large) list array."""
     lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
-    return values, lengths
+    flat = pc.list_flatten(arr)
+    item_null = np.zeros(lengths.shape[0], dtype=bool)
+    if flat.null_count:
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        nulls = np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))
+        item_null[np.searchsorted(starts, nulls, side="right") - 1] = True
+        flat = pc.fill_null(flat, 0)
+    return flat.to_numpy(zero_copy_only=False), lengths, item_null
 
 
 def _is_list_of_numbers(t: pa.DataType) -> bool:
@@ -121,7 +174,9 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         col.type.value_type
     ):
         raise ValueError(f"{raw.name}: column 'input_ids' has type {col.type}, expected a list of integers")
-    ids, lengths = _list_parts(col)
+    ids, lengths, id_null = _list_parts(col)
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) >= 2**63:
+        ids = np.minimum(ids, 2**63 - 1)  # out of range anyway; keep the comparison below exact
     ids = ids.astype(np.int64)
     starts = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
@@ -133,57 +188,70 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
                 errors.bad(r, make(r))
                 keep[r] = False
 
-    nulls = col.is_null().to_numpy(zero_copy_only=False)
-    flag(np.flatnonzero(nulls | (lengths == 0)), lambda r: BadRow(raw.locate(r), "input_ids", "is empty or null"))
-    bad_tok = np.flatnonzero((ids < 0) | (ids >= (vocab_size if vocab_size is not None else np.iinfo(np.int64).max)))
-    if bad_tok.size:
-        rows = np.unique(np.searchsorted(starts, bad_tok, side="right") - 1)
+    def row_of(tokens: np.ndarray) -> np.ndarray:
+        return np.unique(np.searchsorted(starts, tokens, side="right") - 1)
 
-        def vocab_error(r):
-            seg = ids[starts[r] : starts[r + 1]]
+    def segment_error(check, values: np.ndarray):
+        def make(r):
             try:
-                _check_vocab(seg, vocab_size, raw.locate(r))
+                check(values[starts[r] : starts[r + 1]], raw.locate(r))
             except BadRow as e:
                 return e
             raise AssertionError  # pragma: no cover
 
-        flag(rows, vocab_error)
+        return make
+
+    nulls = col.is_null().to_numpy(zero_copy_only=False)
+    flag(np.flatnonzero(nulls | (lengths == 0)), lambda r: BadRow(raw.locate(r), "input_ids", "is empty or null"))
+    flag(np.flatnonzero(id_null), lambda r: BadRow(raw.locate(r), "input_ids", "holds a null token id"))
+    limit = ID_LIMIT if vocab_size is None else vocab_size
+    flag(
+        row_of(np.flatnonzero((ids < 0) | (ids >= limit))),
+        segment_error(lambda s, w: _check_vocab(s, vocab_size, w), ids),
+    )
+    present = {name: name in table.column_names for name in ("labels", "loss_mask")}
+    if all(present.values()):
+        raise ValueError(f"{raw.name}: has both 'labels' and 'loss_mask' columns; keep one of them (labels say more)")
     labels = ids.copy()
-    for name in ("labels", "loss_mask"):
-        if name in table.column_names:
-            other = table.column(name).combine_chunks()
-            if not _is_list_of_numbers(other.type):
-                raise ValueError(f"{raw.name}: column {name!r} has type {other.type}, expected a list of numbers")
-            values, other_len = _list_parts(other)
-            present = ~other.is_null().to_numpy(zero_copy_only=False)  # a null row means "not given"
-            other_len = np.where(present, other_len, lengths)
-            mismatch = np.flatnonzero(other_len != lengths)
+    for name in (k for k, v in present.items() if v):
+        other = table.column(name).combine_chunks()
+        if not _is_list_of_numbers(other.type):
+            raise ValueError(f"{raw.name}: column {name!r} has type {other.type}, expected a list of numbers")
+        values, other_len, other_null = _list_parts(other)
+        given_rows = ~other.is_null().to_numpy(zero_copy_only=False)  # a null row means "not given"
+        other_len = np.where(given_rows, other_len, lengths)
+        flag(
+            np.flatnonzero(other_len != lengths),
+            lambda r, name=name, ol=other_len: _length_error(raw, r, name, ol[r], lengths[r]),
+        )
+        flag(np.flatnonzero(other_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
+        given = np.repeat(given_rows & (other_len == lengths), lengths)
+        aligned = _aligned(values, np.where(given_rows, other_len, 0), lengths)
+        if name == "labels":
+            if values.dtype.kind not in "iu":
+                raise ValueError(f"{raw.name}: column 'labels' holds {values.dtype}, expected integers")
+            labels = np.where(given, aligned.astype(np.int64), ids)
             flag(
-                mismatch,
-                lambda r, name=name, ol=other_len: BadRow(
-                    raw.locate(r), name, f"has {ol[r]} values but input_ids has {lengths[r]}"
-                ),
+                row_of(np.flatnonzero((labels != IGNORE_INDEX) & ((labels < 0) | (labels >= ID_LIMIT)))),
+                segment_error(_check_labels, labels),
             )
-            given = np.repeat(present & (other_len == lengths), lengths)
-            aligned = _aligned(values, np.where(present, other_len, 0), lengths)
-            if name == "labels":
-                if values.dtype.kind not in "iu":
-                    raise ValueError(f"{raw.name}: column 'labels' holds {values.dtype}, expected integers")
-                labels = np.where(given, aligned.astype(np.int64), ids)
-            else:
-                labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, ids)
-            break
+        else:
+            bad = ~np.isin(aligned, (0, 1)) & given
+            flag(
+                row_of(np.flatnonzero(bad)),
+                lambda r: BadRow(raw.locate(r), "loss_mask", "must hold only 0/1 or true/false"),
+            )
+            labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, ids)
     columns = {}
     for name in table.column_names:
         if name in RESERVED or not _is_list_of_numbers(table.schema.field(name).type):
             continue
-        values, col_len = _list_parts(table.column(name).combine_chunks())
+        values, col_len, col_null = _list_parts(table.column(name).combine_chunks())
         flag(
             np.flatnonzero(col_len != lengths),
-            lambda r, name=name, cl=col_len: BadRow(
-                raw.locate(r), name, f"has {cl[r]} values but input_ids has {lengths[r]}"
-            ),
+            lambda r, name=name, cl=col_len: _length_error(raw, r, name, cl[r], lengths[r]),
         )
+        flag(np.flatnonzero(col_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
         columns[name] = _aligned(values, col_len, lengths)
     token_keep = np.repeat(keep, lengths)
     kept_lengths = lengths[keep]
@@ -197,6 +265,10 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         columns={k: v[token_keep] for k, v in columns.items()},
     )
     return samples, errors.rows
+
+
+def _length_error(raw: RawInput, row: int, name: str, got: int, want: int) -> BadRow:
+    return BadRow(raw.locate(row), name, f"has {got} values but input_ids has {want}")
 
 
 def _aligned(values: np.ndarray, value_lengths: np.ndarray, lengths: np.ndarray) -> np.ndarray:
