@@ -97,7 +97,9 @@ def test_ids_and_labels_beyond_int32_are_bad_rows_not_wrapped(fmt, write_jsonl, 
         import pyarrow.parquet as pq
 
         path = tmp_path / "data.parquet"
-        pq.write_table(pa.table({"input_ids": [r["input_ids"] for r in rows], "labels": [r.get("labels") for r in rows]}), path)
+        pq.write_table(
+            pa.table({"input_ids": [r["input_ids"] for r in rows], "labels": [r.get("labels") for r in rows]}), path
+        )
     with pytest.raises(ValueError, match="has token id 2147483648 at position 1 outside int32 token ids"):
         pack_dataset(path, capacity=8)
     _, report = pack_dataset(path, capacity=8, skip_bad_rows=True)
@@ -111,7 +113,9 @@ def test_reserved_parquet_column(tmp_path):
 
     path = tmp_path / "packed.parquet"
     pq.write_table(pa.table({"input_ids": [[1, 2]], "seq_lengths": [[2]]}), path)
-    with pytest.raises(ValueError, match="field 'seq_lengths' is a column packwise writes .is this already packed data"):
+    with pytest.raises(
+        ValueError, match="field 'seq_lengths' is a column packwise writes .is this already packed data"
+    ):
         pack_dataset(path, capacity=8)
 
 

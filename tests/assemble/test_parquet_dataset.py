@@ -61,3 +61,35 @@ def test_dataloader_with_workers(tmp_path, write_jsonl):
 def test_alignment_at_load_time(tmp_path, write_jsonl):
     ds = PackedParquetDataset(_packed(tmp_path, write_jsonl), alignment=4)
     assert ds[0].cu_seqlens_padded.tolist() == [0, 8, 12]
+
+
+def test_modified_directories_are_refused(tmp_path, write_jsonl):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    out = _packed(tmp_path, write_jsonl)
+    shard = out / "packs-00000-of-00002.parquet"
+    table = pq.read_table(shard)
+    # seq_lengths that do not cover the tokens
+    broken = table.set_column(
+        table.column_names.index("seq_lengths"), "seq_lengths", pa.array([[1, 1], [1, 1]], pa.list_(pa.int32()))
+    )
+    pq.write_table(broken, shard)
+    with pytest.raises(ValueError, match="pack 0: seq_lengths sum to 2 but the pack holds 8 tokens"):
+        PackedParquetDataset(out)[0]
+    # a shard whose pack count disagrees with metadata.json
+    pq.write_table(table.slice(0, 1), shard)
+    with pytest.raises(ValueError, match="holds 1 packs but metadata.json says 2"):
+        PackedParquetDataset(out)
+    # a missing labels column
+    pq.write_table(table.drop_columns(["labels"]), shard)
+    with pytest.raises(ValueError, match="has no 'labels' column"):
+        PackedParquetDataset(out)
+    meta = json.loads((out / "metadata.json").read_text())
+    del meta["shards"]
+    (out / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="'shards' must list"):
+        PackedParquetDataset(out)

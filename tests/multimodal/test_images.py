@@ -193,3 +193,40 @@ def test_bad_image_rows(images, row, message):
     assert "bad.jsonl line 1" in str(info.value) and message in str(info.value)
     _, report = pack_dataset(path, capacity=256, vision=SPEC, skip_bad_rows=True)
     assert report.rows_skipped == 1 and report.samples == 1
+
+
+def test_literal_vision_markers_in_text_are_rejected(images):
+    row = chat(str(images / "astronaut.png"))
+    row["messages"][0]["content"].insert(0, {"type": "text", "text": "<|vision_start|> hi <|vision_end|>"})
+    with pytest.raises(ValueError, match=r"holds 2 <\|vision_start\|> tokens for 1 image\(s\)"):
+        pack_dataset([row], capacity=256, vision=SPEC)
+
+
+def test_images_only_in_messages_rows(images):
+    rows = [{"prompt": "<image> what is it?", "completion": "red", "images": [str(images / "coffee.png")]}]
+    with pytest.raises(ValueError, match="field 'images' holds images, which are supported in messages rows only"):
+        pack_dataset(rows, capacity=256, vision=SPEC)
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": [{"type": "image", "path": "x.png"}]}],
+            "completion": [{"role": "assistant", "content": "A"}],
+        }
+    ]
+    with pytest.raises(ValueError, match="field 'prompt' holds images"):
+        pack_dataset(rows, capacity=256, vision=SPEC)
+
+
+def test_image_tokens_never_carry_loss(images):
+    row = {
+        "messages": [
+            {"role": "user", "content": "Draw a cat"},
+            {
+                "role": "assistant",
+                "content": [{"type": "image", "path": str(images / "chelsea.png")}, {"type": "text", "text": "done"}],
+            },
+        ]
+    }
+    table, _ = pack_dataset([row], capacity=256, vision=SPEC)
+    ids, labels = (np.asarray(table.column(c).to_pylist()[0]) for c in ("input_ids", "labels"))
+    assert (ids == PAD).sum() > 0 and (labels[ids == PAD] == -100).all()
+    assert (labels != -100).sum() > 0  # the text of the reply still trains

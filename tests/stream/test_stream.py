@@ -121,3 +121,27 @@ def test_errors():
         for p in stream:
             got.append(p)
     assert sum(p.num_sequences for p in got) == 5  # the failing window emitted nothing
+
+
+def test_windows_without_packs_do_not_stall_the_loader():
+    # the middle window holds only samples that are dropped: it yields no pack
+    s = [{"input_ids": [1] * 3}] * 8 + [{"input_ids": [2] * 20}] * 4 + [{"input_ids": [3] * 3}] * 8
+    for workers in (0, 1):
+        stream = PackingStream(s, capacity=8, buffer_size=4, overflow="drop", shuffle=False)
+        assert len(list(PackingLoader(stream, num_workers=workers))) == 8
+    assert len(list(PackingStream(s, capacity=8, buffer_size=4, overflow="drop", shuffle=False))) == 8
+
+
+@pytest.mark.parametrize(
+    "state", [{"epoch": 0, "window": 0, "pack": -2}, {"epoch": -1, "window": 0, "pack": 0}, {"window": 1}]
+)
+def test_garbage_states_are_rejected(state):
+    with pytest.raises(ValueError, match="not a PackingStream state"):
+        make(samples(50)).load_state_dict(state)
+
+
+def test_a_state_from_another_stream_is_caught():
+    stream = make(samples(50))
+    stream.load_state_dict({"epoch": 0, "window": 0, "pack": 99})
+    with pytest.raises(ValueError, match="points at pack 99 of window 0"):
+        list(stream)

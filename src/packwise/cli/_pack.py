@@ -82,7 +82,7 @@ def pack(
         cfg = PackingConfig.from_file(config, **options)
     else:
         cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
-    check_output_dir(output, overwrite=overwrite)
+    check_output_dir(output, overwrite=overwrite, inputs=() if input_path is None else (input_path,))
     data = chitchat_input if input_path is None else input_path
     with progress_bars(quiet or json_out) as progress:
         packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)

@@ -3,8 +3,11 @@ and output as ``packwise pack``.
 
 1. Read + tokenize, on workers. The input is cut into pieces in input order: JSONL byte ranges cut at line
    ends, Parquet row groups (sliced), ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or
-   chunks of a list. Each piece runs the local engine's own validation, tokenization, first-label
-   normalisation and overflow policy; its samples stay in the object store.
+   slices of in-memory rows. Each piece runs the local engine's own validation, tokenization, first-label
+   normalisation and overflow policy; its samples stay in the object store. (JSONL is not read with
+   ``ray.data.read_json``, which infers Arrow types and fails a whole block on one bad row, nor with
+   ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte ranges keep the local
+   reader's line numbers and messages. Parquet paths skip Ray Data's read, which cost 2-7 s per call here.)
 2. Plan, on the driver. Per-sequence lengths (an ``(N,)`` int array, the only per-row data the driver holds)
    are concatenated in global sequence order and planned with :func:`packwise.plan.plan_packs`.
 3. Assemble + write, on workers. Each piece sends its sequences to the writer of their shard group, which
@@ -35,13 +38,14 @@ import pyarrow as pa
 
 from .. import __version__
 from ..constants import IGNORE_INDEX
-from ..io._read import SKIP_HINT, RawInput, _digest, detect_format, detect_kind, from_rows
+from ..io._read import FORMATS, SKIP_HINT, Format, RawInput, _digest, detect_format, detect_kind, from_rows
 from ..io._write import FORMAT, METADATA, ROW_GROUP_PACKS, check_output_dir, shard_name
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow, apply_overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
-from ..pipeline._samples import Samples, tokenize_rows, tokens_from_rows
+from ..pipeline._samples import Samples, tokenize_rows
 from ..pipeline._table import PackedColumns
+from ..pipeline._tokens import tokens_from_rows
 from ..plan import PackPlan, plan_packs
 
 PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
@@ -64,7 +68,12 @@ def pack_ray(
     chat_template: str | None = None,
     skip_bad_rows: bool = False,
     max_sequences_per_pack: int | None = None,
+    format: Format | None = None,  # noqa: A002
     vision=None,
+    min_packs: int | None = None,
+    pack_count_multiple: int | None = None,
+    alignment: int = 1,
+    algorithm_options: dict | None = None,
     packs_per_shard: int = 10_000,
     overwrite: bool = False,
     num_cpus: int | None = None,
@@ -76,13 +85,17 @@ def pack_ray(
     accounting, ``metadata.json`` and Parquet files (byte for byte).
 
     Args:
-        ds: a JSONL file or Parquet file/directory path, a list of dict rows, or a ``ray.data.Dataset``.
+        ds: a JSONL file or Parquet file/directory path, or a ``ray.data.Dataset``; or in memory (put in the
+            object store from the driver): a list of dict rows, a ``pyarrow.Table``, a ``datasets.Dataset``
+            or a :class:`~packwise.io._read.RawInput` (the CLI's default, ``chitchat_input()``).
             Rows hold ``messages``, ``prompt`` + ``completion``, or ``input_ids`` (+ ``labels``/``loss_mask``
             and per-token columns).
         output: output directory; must be empty unless ``overwrite``.
         capacity, tokenizer, algorithm, seed, overflow, loss_on, chat_template, skip_bad_rows,
-            max_sequences_per_pack, vision, packs_per_shard, overwrite: as ``packwise pack`` and
-            ``pack_columns`` (``tokenizer`` may also be a tokenizer object, put in the object store once).
+            max_sequences_per_pack, format, vision, min_packs, pack_count_multiple, alignment,
+            algorithm_options: as :func:`packwise.pipeline.pack_columns` (so ``**PackingConfig.pipeline_kwargs()``
+            fits); ``tokenizer`` may also be a tokenizer object (put in the object store once).
+        packs_per_shard, overwrite: as ``packwise pack``.
         num_cpus: CPUs of the local Ray instance started when Ray is not running (default: all).
         ray_address: connect to this cluster instead. When Ray is already initialised in this process,
             that session is used and ``num_cpus``/``ray_address`` are ignored. A session started here is
@@ -94,10 +107,12 @@ def pack_ray(
         ``plan``, ``assemble`` (shuffle + Parquet shards on workers), ``write`` (metadata + rename).
 
     Raises:
-        ValueError: bad options; bad input (the first bad row by file, line or row, and field, as the local
-            engine names it) unless ``skip_bad_rows``; a sample over capacity with ``overflow="error"``;
-            ``output`` not empty without ``overwrite``. Nothing is left at ``output`` when it raises.
+        ValueError: Ray is not installed; bad options; bad input (the first bad row by file, line or row, and
+            field, as the local engine names it) unless ``skip_bad_rows``; a sample over capacity with
+            ``overflow="error"``; ``output`` not empty without ``overwrite``.
         TypeError: ``ds`` of another type, or a list holding a non-dict row.
+        ray.exceptions.RayTaskError: a worker failed otherwise (a disk error, a killed worker). On any error,
+            ``output`` is left as it was: no partial shards, no temporary directory.
 
     Example (not run as a doctest: it needs Ray, and ``ray.init`` takes seconds):
         >>> rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}, {"input_ids": [7, 8]}]
@@ -105,26 +120,32 @@ def pack_ray(
         >>> report.packs, report.tokens_packed, report.metrics.utilisation  # doctest: +SKIP
         (2, 8, 0.666...)
     """
-    import ray
-
+    try:
+        import ray
+    except ImportError as e:
+        raise ValueError("pack_ray needs Ray Data: pip install 'packwise[ray]'") from e
     if loss_on not in ("assistant", "all"):
         raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
+    if format not in (None, *FORMATS):
+        raise ValueError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if overflow not in OVERFLOW_POLICIES:
         raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW_POLICIES)}")
-    for name, value in (("capacity", capacity), ("packs_per_shard", packs_per_shard), ("num_cpus", num_cpus or 1)):
+    checks = {"capacity": capacity, "packs_per_shard": packs_per_shard, "num_cpus": 1 if num_cpus is None else num_cpus}
+    for name, value in checks.items():  # num_cpus=0 would start a Ray that runs no task, and wait forever
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    plan_args = {"capacity": capacity, "algorithm": algorithm, "seed": seed}
-    plan_args["max_sequences_per_pack"] = max_sequences_per_pack
-    plan_packs([1], **plan_args)  # checks the algorithm and constraints before any work
+    plan_args = {"capacity": capacity, "algorithm": algorithm, "seed": seed, "alignment": alignment}
+    plan_args |= {"max_sequences_per_pack": max_sequences_per_pack, **(algorithm_options or {})}
+    plan_packs([1], **plan_args)  # checks the algorithm and its options before any work
+    plan_args |= {"min_packs": min_packs, "pack_count_multiple": pack_count_multiple}
     out = check_output_dir(output, overwrite=overwrite)
     timings: dict[str, float] = {}
     opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
-    opts |= {"capacity": capacity, "overflow": overflow, "vision": {} if vision is None else {"vision": vision}}
+    opts |= {"capacity": capacity, "overflow": overflow, "vision": vision}
     with _session(num_cpus, ray_address):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        name, kind, pieces, fingerprint = _source(ray, ds, skip_bad_rows, cpus)
+        name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus)
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -165,41 +186,27 @@ def pack_ray(
             rows = sum(s["rows"] for s in stats)
             tok_name, tok_fingerprint = next((s["info"] for s in stats if s["info"]), (None, None))
             counts = {k: sum(s["overflow"][k] for s in stats) for k in stats[0]["overflow"]}
-            extra = {}
+            multimodal = None
             if any(s["images"] is not None for s in stats):  # as pack_columns, for data with images
                 from ..multimodal import VisionSpec
 
-                extra["multimodal"] = {**(vision or VisionSpec()).to_dict(), "images_dropped": counts["images_dropped"]}
-                extra["multimodal"]["images_packed"] = sum(s["images"] or 0 for s in stats)
+                images = {
+                    "images_packed": sum(s["images"] or 0 for s in stats),
+                    "images_dropped": counts["images_dropped"],
+                }
+                multimodal = {**(vision or VisionSpec()).to_dict(), **images}
             counts.pop("images_dropped", None)
             report = PackReport(
-                input=name,
-                input_fingerprint=fingerprint,
-                tokenizer=tok_name,
-                tokenizer_fingerprint=tok_fingerprint,
-                capacity=capacity,
-                algorithm=plan.algorithm,
-                seed=plan.seed,
-                overflow=overflow,
-                loss_on=loss_on,
-                rows_read=rows,
-                rows_skipped=skipped,
-                samples=rows - skipped,
-                tokens_read=sum(s["tokens"] for s in stats),
-                loss_tokens_read=sum(s["loss"] for s in stats),
-                **counts,
-                sequences_packed=plan.num_sequences,
-                tokens_packed=sum(s[2] for s in shards),
-                loss_tokens_packed=sum(s[3] for s in shards),
-                loss_tokens_masked_at_boundary=sum(s[4] for s in shards),
-                packs=plan.num_packs,
-                plan_hash=plan.plan_hash(),
-                metrics=plan.metrics(),
-                packwise_version=__version__,
-                timings=timings,
-                skipped_examples=examples,
-                **extra,
-            )
+                input=name, input_fingerprint=fingerprint, tokenizer=tok_name, tokenizer_fingerprint=tok_fingerprint,
+                capacity=capacity, algorithm=plan.algorithm, seed=plan.seed, overflow=overflow, loss_on=loss_on,
+                rows_read=rows, rows_skipped=skipped, samples=rows - skipped, **counts,
+                tokens_read=sum(s["tokens"] for s in stats), loss_tokens_read=sum(s["loss"] for s in stats),
+                sequences_packed=plan.num_sequences, tokens_packed=sum(s[2] for s in shards),
+                loss_tokens_packed=sum(s[3] for s in shards), loss_tokens_masked_at_boundary=sum(s[4] for s in shards),
+                packs=plan.num_packs, plan_hash=plan.plan_hash(), metrics=plan.metrics(), packwise_version=__version__,
+                timings=timings, skipped_examples=examples, alignment=plan.alignment,
+                algorithm_options=dict(algorithm_options or {}), multimodal=multimodal,
+            )  # fmt: skip
             report.check()
             _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
         except BaseException:
@@ -230,13 +237,19 @@ def _session(num_cpus: int | None, address: str | None):
         ray.shutdown()
 
 
-def _source(ray, data, skip: bool, cpus: int) -> tuple[str, str, list, object]:
+def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str, list, object]:
     """``(name, kind, pieces, fingerprint)``; a piece is ``(tag, data or ObjectRef, meta)``, in input order.
     The fingerprint is a string, an ObjectRef to one, or None (summed from per-row digests by the pieces)."""
-    if isinstance(data, (list, tuple)):
-        raw = from_rows(data, name=type(data).__name__)
-        step = _piece_rows(len(data), cpus)
-        pieces = [("rows", ray.put(list(data[a : a + step])), (a,)) for a in range(0, len(data), step)]
+    if isinstance(data, (list, tuple, RawInput, pa.Table)) or type(data).__module__.startswith("datasets"):
+        raw = data if isinstance(data, RawInput) else from_rows(data, name=type(data).__name__)
+        if raw.line_numbers is not None or raw.errors:
+            raise TypeError(f"{raw.name}: pass a file as its path to pack_ray, not as a RawInput read from it")
+        step = _piece_rows(raw.num_rows, cpus)
+        if raw.rows is not None:
+            pieces = [("rows", ray.put(raw.rows[a : a + step]), (a,)) for a in range(0, raw.num_rows, step)]
+        else:
+            ref = ray.put(raw.table)
+            pieces = [("block", ref, (a, min(a + step, raw.num_rows), a)) for a in range(0, raw.num_rows, step)]
         return raw.name, raw.kind, pieces, raw.fingerprint
     if type(data).__module__.startswith("ray.data") and isinstance(data, ray.data.Dataset):  # no Ray Data import
         name = data.name or "ray.data.Dataset"
@@ -246,18 +259,19 @@ def _source(ray, data, skip: bool, cpus: int) -> tuple[str, str, list, object]:
         return name, detect_kind(names, name), pieces, None
     if not isinstance(data, (str, os.PathLike)):
         raise TypeError(
-            f"pack_ray takes a JSONL/Parquet path, a list of dict rows or a ray.data.Dataset, got "
-            f"{type(data).__name__}; for other inputs use packwise.pipeline.pack_dataset (the local engine)"
+            f"pack_ray takes a JSONL/Parquet path, a ray.data.Dataset, a list of dict rows, a pyarrow.Table or a "
+            f"datasets.Dataset, got {type(data).__name__}; convert it to one of those"
         )
     path = Path(data)
     if not path.exists():
         raise ValueError(f"input {path} does not exist")
-    fmt = detect_format(path)
+    fmt = fmt or detect_format(path)
     if fmt == "jsonl":
         kind = _jsonl_kind(path, skip)
         step = min(max(math.ceil(path.stat().st_size / (PIECES_PER_CPU * cpus)), PIECE_BYTES[0]), PIECE_BYTES[1])
         ranges = _jsonl_ranges(path, step)
-        newlines = ray.get([ray.remote(_count_newlines).remote(str(path), lo, hi) for lo, hi in ranges])
+        count = ray.remote(_count_newlines)
+        newlines = ray.get([count.remote(str(path), lo, hi) for lo, hi in ranges])
         first = np.cumsum([1, *newlines[:-1]]).tolist()  # 1-based number of each range's first line
         pieces = [("jsonl", str(path), (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
         return str(path), kind, pieces, ray.remote(_digest).remote([path])
@@ -462,7 +476,7 @@ def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
             samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=True)
         else:
             samples, skipped = tokenize_rows(
-                raw, tok, loss_on=o["loss_on"], chat_template=o["template"], skip_bad_rows=True, **o["vision"]
+                raw, tok, loss_on=o["loss_on"], chat_template=o["template"], skip_bad_rows=True, vision=o["vision"]
             )
     except ValueError as e:  # the input as a whole is unusable: a bad tokenizer, a column of the wrong type
         stats["fatal"] = str(e)
@@ -472,14 +486,13 @@ def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
     samples.labels[samples.offsets[:-1]] = IGNORE_INDEX  # as pack_columns: a first label is never a target
     stats["tokens"], stats["loss"] = samples.num_tokens, int((samples.labels != IGNORE_INDEX).sum())
     try:
-        samples, counts = apply_overflow(samples, o["capacity"], o["overflow"], raw.locate, *o["vision"].values())
+        samples, counts = apply_overflow(samples, o["capacity"], o["overflow"], raw.locate, o["vision"])
     except ValueError as e:
         stats["too_long"] = str(e)
         return stats, None
     stats["overflow"], stats["lengths"] = asdict(counts), samples.lengths.astype(np.int32)
     stats["columns"] = {k: v.dtype.str for k, v in samples.columns.items()}
-    media = getattr(samples, "media", None)  # images per sequence, for data with images
-    stats["images"] = None if media is None else sum(len(m) for m in media)
+    stats["images"] = None if samples.media is None else sum(len(m) for m in samples.media)
     return stats, samples if samples.num_sequences else None
 
 
@@ -548,8 +561,7 @@ def _split(samples: Samples, pos: np.ndarray, bounds: np.ndarray, row_start: int
         idx = np.repeat(samples.offsets[:-1][sel] - offsets[:-1], lens) + np.arange(offsets[-1])
         cols = {k: v[idx] for k, v in samples.columns.items()}
         part = Samples(samples.ids[idx], samples.labels[idx], offsets, samples.source[sel] + row_start, cols)
-        if getattr(samples, "media", None) is not None:
-            part.media = [samples.media[i] for i in sel]
+        part.media = None if samples.media is None else [samples.media[i] for i in sel]
         out.append((part, pos[sel]) if sel.size else None)
     return out[0] if len(out) == 1 else tuple(out)
 
@@ -567,7 +579,7 @@ def _write_group(meta: tuple, *parts):
     lengths = cat([p.lengths for p, _ in parts], "int64")
     seq_offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=seq_offsets[1:])
-    media = [getattr(p, "media", None) for p, _ in parts]  # a piece without images has no media: fill it
+    media = [p.media for p, _ in parts]  # a piece without images has no media: fill it in
     if MEDIA_TYPES in columns:
         media = [[[]] * p.num_sequences if m is None else m for m, (p, _) in zip(media, parts)]
         for p, _ in parts:

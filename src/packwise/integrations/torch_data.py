@@ -51,6 +51,17 @@ class PackedParquetDataset(Dataset):
         self.metadata = read_metadata(self.path)
         self.files = [str(f) for f in packed_files(self.path)]
         counts = [s["packs"] for s in self.metadata["shards"]]
+        for f, expected in zip(self.files, counts):
+            meta = pq.ParquetFile(f).metadata
+            names = set(pq.ParquetFile(f).schema_arrow.names)
+            if meta.num_rows != expected:
+                raise ValueError(
+                    f"{f} holds {meta.num_rows} packs but metadata.json says {expected}; the directory was modified "
+                    "— re-run packwise pack"
+                )
+            missing = sorted(set(BASE_COLUMNS) - names)
+            if missing:
+                raise ValueError(f"{f} has no {missing[0]!r} column; it is not packwise output — re-run packwise pack")
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
         self._open: dict[int, pq.ParquetFile] = {}
@@ -95,6 +106,12 @@ class PackedParquetDataset(Dataset):
     def __getitem__(self, index: int) -> PackedSequence:
         row = self._row(index)
         lengths = row.column("seq_lengths")[0].values.to_numpy()
+        n_ids, n_labels = len(row.column("input_ids")[0]), len(row.column("labels")[0])
+        if int(lengths.sum()) != n_ids or n_labels != n_ids or (lengths < 1).any():
+            raise ValueError(
+                f"{self.path} pack {index}: seq_lengths sum to {int(lengths.sum())} but the pack holds {n_ids} tokens "
+                f"and {n_labels} labels; the data was modified — re-run packwise pack"
+            )
         cuts = np.cumsum(lengths)[:-1]
         columns = {
             name: np.split(np.array(row.column(name)[0].values.to_numpy(zero_copy_only=False)), cuts)

@@ -146,16 +146,35 @@ def read_metadata(path) -> dict:
     meta_path = path / METADATA
     if not meta_path.exists():
         raise ValueError(f"{path} is not a packwise packed dataset (no {METADATA}); write one with `packwise pack`")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{meta_path} cannot be read as JSON ({e}); re-run packwise pack") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{meta_path}: format {got!r}, expected {FORMAT!r}")
+    shards = meta.get("shards")
+    if not isinstance(shards, list) or not all(
+        isinstance(x, dict) and isinstance(x.get("file"), str) and isinstance(x.get("packs"), int) for x in shards
+    ):
+        raise ValueError(
+            f"{meta_path}: 'shards' must list {{file, packs}} entries; the file was edited — re-run packwise pack"
+        )
     return meta
 
 
 def packed_files(path) -> list[Path]:
-    """The shard files of a packed dataset, in order."""
+    """The shard files of a packed dataset, in order.
+
+    Raises:
+        ValueError: a shard listed in ``metadata.json`` is missing.
+    """
     path = Path(path)
-    return [path / s["file"] for s in read_metadata(path)["shards"]]
+    files = [path / s["file"] for s in read_metadata(path)["shards"]]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ValueError(f"{path}: shard {missing[0]} listed in metadata.json is missing; re-run packwise pack")
+    return files
 
 
 def load_packed(path) -> pa.Table:

@@ -33,6 +33,13 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
             where, "messages", f"holds {int(is_image.sum())} <|image_pad|> tokens but its {len(refs)} image(s) need "
             f"{need}; remove literal vision tokens from the text or fix the image list",
         )  # fmt: skip
+    for token, name in ((spec.vision_start_token_id, "<|vision_start|>"), (spec.vision_end_token_id, "<|vision_end|>")):
+        count = int((ids == token).sum())
+        if count != len(refs):
+            raise BadRow(
+                where, "messages", f"holds {count} {name} tokens for {len(refs)} image(s); remove literal vision tokens "
+                "from the text",
+            )  # fmt: skip
     return is_image.astype(np.int8)
 
 

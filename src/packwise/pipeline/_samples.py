@@ -126,6 +126,12 @@ def tokenize_rows(
                 chats.append(msgs)
                 chat_rows.append(i)
                 skips.append(0)
+            elif row.get("images") is not None or _multimodal({"messages": _parts(row)}):
+                raise BadRow(
+                    where, "images" if row.get("images") is not None else "prompt",
+                    "holds images, which are supported in messages rows only",
+                    "write the row as messages (user turn with the image parts, assistant turn with the completion)",
+                )  # fmt: skip
             elif isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
                 texts.append((row["prompt"], row["completion"]))
                 text_rows.append(i)
@@ -171,6 +177,7 @@ def tokenize_rows(
             except BadRow as e:
                 errors.bad(row, e)
                 continue
+            mask = mask & (types[-1] == 0)  # image tokens are inputs, never targets (even in assistant turns)
         per_sample.append((ids, np.where(mask, ids, IGNORE_INDEX)))
         source.append(row)
     order = np.argsort(np.asarray(source, dtype=np.int64), kind="stable")
@@ -182,6 +189,15 @@ def tokenize_rows(
     samples = Samples.from_arrays(per_sample, source, cols)
     samples.media = [refs_of.get(r, []) for r in source]
     return samples, errors.rows
+
+
+def _parts(row: dict) -> list:
+    """prompt + completion messages (for the image check); empty for plain-text rows."""
+    out = []
+    for key in ("prompt", "completion"):
+        if isinstance(row.get(key), list):
+            out += [m for m in row[key] if isinstance(m, dict)]
+    return out
 
 
 def _multimodal(row: dict) -> bool:

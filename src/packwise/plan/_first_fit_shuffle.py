@@ -25,8 +25,7 @@ import numpy as np
 from ._engine import INF, KeyTree
 
 
-def plan_first_fit_shuffle(costs: np.ndarray, capacity: int, max_seqs: int, seed: int) -> tuple[np.ndarray,
-np.ndarray]:
+def plan_first_fit_shuffle(costs: np.ndarray, capacity: int, max_seqs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     n = costs.shape[0]
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
     tree = KeyTree(capacity + 1)

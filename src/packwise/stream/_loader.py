@@ -69,6 +69,7 @@ class PackingLoader:
 
     def __iter__(self) -> Iterator:
         self.stream.load_state_dict(self.state_dict())
+        self.stream._markers = True
         loader = DataLoader(self.stream, batch_size=None, num_workers=self.num_workers, **self.kwargs)
         waiting: dict[tuple[int, int], object] = {}
         sizes: dict[int, int] = {}

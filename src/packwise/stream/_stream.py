@@ -112,6 +112,7 @@ class PackingStream(IterableDataset):
         self.algorithm_options = algorithm_options
         self.epoch = 0
         self._next = (0, 0)  # (window, pack) of the next pack to emit
+        self._markers = False  # set by PackingLoader: report windows without packs
         self.stats = {"samples": 0, "truncated": 0, "tokens_truncated": 0, "split": 0, "dropped": 0,
                       "tokens_dropped": 0, "dropped_last": 0}  # fmt: skip
 
@@ -132,9 +133,12 @@ class PackingStream(IterableDataset):
             ValueError: a state that is not from a PackingStream.
         """
         try:
-            self.epoch, self._next = int(state["epoch"]), (int(state["window"]), int(state["pack"]))
+            epoch, window, pack = int(state["epoch"]), int(state["window"]), int(state["pack"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a PackingStream state: {state!r} ({e})") from e
+        if min(epoch, window, pack) < 0:
+            raise ValueError(f"not a PackingStream state: {state!r} (epoch, window and pack must be >= 0)")
+        self.epoch, self._next = epoch, (window, pack)
 
     # -- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
@@ -148,7 +152,12 @@ class PackingStream(IterableDataset):
                 continue
             groups = self._plan(window, position, samples)
             first = start_pack if window == start_window else 0
-            if first >= len(groups):
+            if first and first >= len(groups):
+                raise ValueError(
+                    f"the restored state points at pack {first} of window {window}, which has {len(groups)} packs; "
+                    "the state is from another stream (source, capacity, buffer_size, algorithm or seed differ)"
+                )
+            if not groups:
                 yield from self._empty(window)
                 continue
             for k in range(first, len(groups)):
@@ -156,9 +165,9 @@ class PackingStream(IterableDataset):
                 yield self._emit(groups[k], window, k, len(groups))
 
     def _empty(self, window: int) -> Iterator:
-        """Tell a PackingLoader that a window produced no pack (only inside DataLoader workers)."""
+        """Tell a PackingLoader that a window produced no pack (plain iteration skips it silently)."""
         self._next = (window + 1, 0)
-        if get_worker_info() is not None:
+        if self._markers or get_worker_info() is not None:
             yield {"_packwise_empty_window": (self.epoch, window)}
 
     def _emit(self, group: list[Mapping], window: int, k: int, count: int):
