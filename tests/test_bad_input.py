@@ -114,7 +114,7 @@ def test_reserved_parquet_column(tmp_path):
     path = tmp_path / "packed.parquet"
     pq.write_table(pa.table({"input_ids": [[1, 2]], "seq_lengths": [[2]]}), path)
     with pytest.raises(
-        ValueError, match="field 'seq_lengths' is a column packwise writes .is this already packed data"
+        ValueError, match=r"field 'seq_lengths' is a column packwise writes \(is this already packed data"
     ):
         pack_dataset(path, capacity=8)
 

@@ -82,7 +82,7 @@ def test_modified_directories_are_refused(tmp_path, write_jsonl):
         PackedParquetDataset(out)[0]
     # a shard whose pack count disagrees with metadata.json
     pq.write_table(table.slice(0, 1), shard)
-    with pytest.raises(ValueError, match="holds 1 packs but metadata.json says 2"):
+    with pytest.raises(ValueError, match=r"holds 1 packs but metadata\.json says 2"):
         PackedParquetDataset(out)
     # a missing labels column
     pq.write_table(table.drop_columns(["labels"]), shard)

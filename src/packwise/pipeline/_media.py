@@ -37,8 +37,8 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
         count = int((ids == token).sum())
         if count != len(refs):
             raise BadRow(
-                where, "messages", f"holds {count} {name} tokens for {len(refs)} image(s); remove literal vision tokens "
-                "from the text",
+                where, "messages",
+                f"holds {count} {name} tokens for {len(refs)} image(s); remove literal vision tokens from the text",
             )  # fmt: skip
     return is_image.astype(np.int8)
 
