@@ -43,7 +43,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .plan import alignment_multiple
-from .plan._api import ALGORITHM_OPTIONS, check_algorithm_options, resolve_algorithm
+from .plan._api import ALGORITHM_OPTIONS, MAX_CAPACITY, check_algorithm_options, resolve_algorithm
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    """``overrides`` on top of ``base``, nested mappings merged key by key (a CLI flag changes one field)."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 class _Frozen(BaseModel):
@@ -82,6 +93,14 @@ class Multimodal(_Frozen):
     min_pixels: int = Field(56 * 56, ge=1)
     max_pixels: int = Field(28 * 28 * 16384, ge=1)
 
+    @model_validator(mode="after")
+    def _bounds(self) -> Multimodal:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(
+                f"multimodal.min_pixels={self.min_pixels} is above multimodal.max_pixels={self.max_pixels}; swap them"
+            )
+        return self
+
 
 class PackingConfig(_Frozen):
     """Every packwise pipeline option, validated at construction (see the module docstring for the rules).
@@ -102,7 +121,7 @@ class PackingConfig(_Frozen):
         skip_bad_rows: as in ``packwise pack``.
     """
 
-    capacity: int = Field(4096, ge=1)
+    capacity: int = Field(4096, ge=1, le=MAX_CAPACITY, strict=True)
     algorithm: str = "best_fit_decreasing"
     algorithm_options: dict[str, Any] = Field(default_factory=dict)
     overflow: Literal["truncate", "split", "drop", "error"] = "truncate"
@@ -212,24 +231,27 @@ class PackingConfig(_Frozen):
         p = Path(path)
         if not p.is_file():
             raise ValueError(f"config file {p} does not exist")
-        text = p.read_text()
-        if p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-        elif p.suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError as e:  # Python 3.10
-                raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
-            data = tomllib.loads(text)
-        elif p.suffix == ".json":
-            data = json.loads(text)
-        else:
+        if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
             raise ValueError(f"config file {p}: unknown extension {p.suffix!r}; use .yaml, .toml or .json")
+        try:
+            text = p.read_text()
+            if p.suffix in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text) or {}
+            elif p.suffix == ".toml":
+                import tomllib
+
+                data = tomllib.loads(text)
+            else:
+                data = json.loads(text)
+        except ModuleNotFoundError as e:  # tomllib on Python 3.10
+            raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
+        except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, JSONDecodeError, UnicodeDecodeError
+            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {e}") from e
         if not isinstance(data, dict):
             raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
-        return cls(**{**data, **overrides})
+        return cls(**_merge(data, overrides))
 
     def resolved(self) -> dict:
         """The config as a plain dict with the derived alignment filled in."""

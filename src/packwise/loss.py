@@ -49,8 +49,11 @@ def packed_cross_entropy(
     Returns:
         A scalar tensor (float32).
 
+    Without any target (all labels -100) the loss is 0, not NaN.
+
     Raises:
-        ValueError: shapes that disagree, an unknown reduction, or ``sequence_mean`` without ``cu_seqlens``.
+        ValueError: shapes that disagree, an unknown reduction, ``sequence_mean`` without ``cu_seqlens``, a
+            label that is neither ``ignore_index`` nor a class, or ``num_items <= 0``.
 
     Example:
         >>> logits = torch.zeros(5, 3)          # uniform: every target costs log(3)
@@ -70,6 +73,15 @@ def packed_cross_entropy(
             f"logits {tuple(logits.shape)} must be (B, T, V) with labels (B, T), got {tuple(labels.shape)}"
         )
     b, t, v = logits.shape
+    bad = (labels != ignore_index) & ((labels < 0) | (labels >= v))
+    if bool(bad.any()):
+        i = tuple(int(x) for x in torch.nonzero(bad)[0])
+        raise ValueError(
+            f"label {int(labels[i])} at {i} is neither {ignore_index} (no loss) nor a class in [0, {v}); "
+            f"use {ignore_index} for positions without loss"
+        )
+    if num_items is not None and float(num_items) <= 0:
+        raise ValueError(f"num_items must be > 0 (the global count of targets or documents), got {num_items}")
     positions = torch.arange(b * t, device=labels.device).view(b, t)
     if not labels_shifted:
         logits, labels, positions = logits[:, :-1], labels[:, 1:], positions[:, 1:]
@@ -80,17 +92,19 @@ def packed_cross_entropy(
     if reduction == "sum":
         return token_loss.sum()
     valid = flat_labels != ignore_index
-    if reduction == "token_mean":
-        denom = valid.sum() if num_items is None else num_items
+    if reduction == "token_mean":  # no target at all: a zero loss that still has a graph, not NaN
+        denom = valid.sum().clamp(min=1) if num_items is None else num_items
         return token_loss.sum() / denom
     if cu_seqlens is None:
         raise ValueError("reduction='sequence_mean' needs cu_seqlens (document boundaries over the B*T tokens)")
-    cu = cu_seqlens.to(device=labels.device, dtype=torch.int64)
+    cu = torch.as_tensor(cu_seqlens).to(device=labels.device, dtype=torch.int64)
+    if cu.dim() != 1 or cu.shape[0] < 2 or int(cu[0]) != 0 or int(cu[-1]) != b * t or bool((cu.diff() < 0).any()):
+        raise ValueError(f"cu_seqlens must be (N+1,) non-decreasing from 0 to {b * t} tokens, got {cu.tolist()}")
     doc = torch.searchsorted(cu, positions.reshape(-1), right=True) - 1
     n_docs = cu.shape[0] - 1
     sums = torch.zeros(n_docs, device=token_loss.device).index_add_(0, doc, token_loss)
     counts = torch.zeros(n_docs, device=token_loss.device).index_add_(0, doc, valid.float())
     has = counts > 0
     per_doc = sums[has] / counts[has]
-    denom = has.sum() if num_items is None else num_items
+    denom = has.sum().clamp(min=1) if num_items is None else num_items
     return per_doc.sum() / denom

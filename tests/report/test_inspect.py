@@ -173,9 +173,9 @@ def test_qwen_tokens_decoded_one_by_one(chat_dir):
     }
 
 
-def test_dataset_with_no_packs(write_jsonl, tmp_path):
+def test_packing_that_drops_everything_fails_instead_of_writing_no_packs(write_jsonl, tmp_path, capsys):
     out = tmp_path / "out"
     data = write_jsonl([{"input_ids": list(range(1, 11))}])
-    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--overflow", "drop", "-q"]) == 0
-    with pytest.raises(ValueError, match=r"--pack 0: .*out holds 0 packs \(every sample was dropped; see its report\)"):
-        pack_view(out, 0)
+    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--overflow", "drop", "-q"]) == 1
+    assert "no sequence left to pack (1 of 1 samples dropped by overflow='drop' at capacity 8)" in capsys.readouterr().err
+    assert not out.exists()

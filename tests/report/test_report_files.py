@@ -157,15 +157,3 @@ def test_report_command_table(packed):
     assert result.exit_code == 0, result.output
     assert "packs            3 (lower bound 3, +0.000 %)" in result.stdout
     assert "report.json, report.md, report-lengths.png" in result.stdout
-
-
-def test_report_of_a_dataset_with_no_packs(write_jsonl, tmp_path):
-    # the only sample (10 tokens) is over capacity 8 and dropped: 0 packs, nothing to plot but no crash
-    out = tmp_path / "out"
-    data = write_jsonl([{"input_ids": list(range(1, 11))}])
-    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--overflow", "drop", "-q"]) == 0
-    write_report(out)
-    rep = json.loads((out / "report.json").read_text())
-    assert (rep["packs"], rep["tokens_dropped"], rep["metrics"]["utilisation"]) == (0, 10, 0.0)
-    assert rep["histograms"]["sequence_length"]["counts"] == [0] * 8
-    assert all((out / name).read_bytes()[:8] == PNG_SIGNATURE for name in PLOT_FILES.values())

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``packwise`` console script; returns the exit code."""
     try:
         app(args=argv, standalone_mode=False)
-    except (ValueError, TypeError, FileNotFoundError) as e:
+    except (ValueError, TypeError, OSError) as e:
         errors = getattr(e, "errors", None)
         if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic: one line per broken rule
             message = "; ".join(_pydantic_error(x) for x in e.errors())

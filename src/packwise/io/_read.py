@@ -135,11 +135,15 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
 def _hf_files(path: Path) -> list[Path]:
     state = path / "state.json"
     if state.exists():
-        files = [path / f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
+        try:
+            entries = json.loads(state.read_text()).get("_data_files", [])
+            files = [path / f["filename"] for f in entries]
+        except (ValueError, AttributeError, TypeError, KeyError) as e:
+            raise ValueError(f"input {path}: state.json is not a saved HF dataset's ({type(e).__name__}: {e})") from e
     else:
         files = sorted(path.glob("*.arrow"))
     if not files:
-        raise ValueError(f"input {path}: saved HF dataset directory without data files")
+        raise ValueError(f"input {path}: no saved HF dataset files (*.arrow); pass a dataset saved with save_to_disk")
     return files
 
 

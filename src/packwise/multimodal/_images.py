@@ -76,7 +76,7 @@ def load_image(path, where: str = "sample"):
     try:
         with Image.open(p) as img:
             return img.convert("RGB")
-    except (UnidentifiedImageError, OSError) as e:
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
         raise ValueError(f"{where}: image {p} cannot be read ({type(e).__name__}: {e}); replace or remove it") from e
 
 

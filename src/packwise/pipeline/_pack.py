@@ -101,7 +101,15 @@ def pack_columns(
     t = time.perf_counter()
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
-    samples, oc = apply_overflow(samples, capacity, overflow, raw.locate, vision)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or not 1 <= alignment <= capacity:
+        raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
+    limit = capacity // alignment * alignment  # the longest sequence that still fits once aligned
+    samples, oc = apply_overflow(samples, limit, overflow, raw.locate, vision)
+    if samples.num_sequences == 0:
+        raise ValueError(
+            f"{raw.name}: no sequence left to pack ({oc.samples_dropped} of {len(samples.source) + oc.samples_dropped} "
+            f"samples dropped by overflow={overflow!r} at capacity {capacity}); raise --capacity or use truncate/split"
+        )
     images = None
     if samples.media is not None:
         from ..multimodal import VisionSpec

@@ -83,6 +83,13 @@ def _chat(row: dict, key: str, where: str) -> list[dict]:
             raise BadRow(where, f"{key}[{j}]", f"is a {type(m).__name__}, expected an object with role and content")
         if m.get("role") not in ROLES:
             raise BadRow(where, f"{key}[{j}].role", f"= {m.get('role')!r} is not one of {', '.join(ROLES)}")
+        if isinstance(m.get("content"), str):
+            try:
+                m["content"].encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise BadRow(
+                    where, f"{key}[{j}].content", f"is not valid Unicode text ({e.reason} at {e.start})"
+                ) from None
         if not isinstance(m.get("content"), (str, list)):
             raise BadRow(
                 where,

@@ -42,6 +42,8 @@ ALIASES: dict[str, str] = {
 #: Options each algorithm accepts through ``**algorithm_options``.
 ALGORITHM_OPTIONS: dict[str, frozenset[str]] = {name: frozenset() for name in ALGORITHMS}
 ALGORITHM_OPTIONS["balanced_greedy_knapsack"] = frozenset({"delta"})
+#: The largest capacity (tokens per pack): histogram planners keep O(capacity) state.
+MAX_CAPACITY = 1 << 24
 #: Algorithms whose plan depends on ``seed``.
 RANDOMIZED: frozenset[str] = frozenset({"first_fit_shuffle"})
 
@@ -188,6 +190,11 @@ def plan_packs(
     """
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
+    if capacity > MAX_CAPACITY:
+        raise ValueError(
+            f"capacity {capacity} is above {MAX_CAPACITY:,} tokens, the largest packwise plans (its histogram "
+            "planners keep state per token of capacity); use a smaller capacity"
+        )
     capacity = int(capacity)
     name = resolve_algorithm(algorithm)
     check_algorithm_options(name, algorithm_options)

@@ -91,12 +91,16 @@ def _txt_lengths(path: Path) -> np.ndarray:
     except (ValueError, OverflowError):
         for i, line in enumerate(text.splitlines(), 1):
             try:
-                int(line.strip() or 0)
+                value = int(line.strip() or 0)
             except ValueError:
                 raise ValueError(
                     f"{path}:{i}: {line!r} is not an integer; write one length (tokens) per line"
                 ) from None
-        raise
+            if not -(2**63) <= value < 2**63:
+                raise ValueError(
+                    f"{path}:{i}: {value} is far above any capacity; lengths are tokens per sequence"
+                ) from None
+        raise ValueError(f"{path}: cannot read the lengths") from None
 
 
 def lengths_from_packed(path) -> np.ndarray:

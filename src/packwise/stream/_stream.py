@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import assemble_pack
+from ..assemble._columns import MEDIA_KEYS
 from ..plan import plan_packs
 from ..plan._api import check_algorithm_options, resolve_algorithm
 
@@ -99,10 +100,22 @@ class PackingStream(IterableDataset):
             raise ValueError(f"buffer_size must be an integer >= 1 (samples per window), got {buffer_size!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        if not isinstance(alignment, (int, np.integer)) or alignment < 1 or alignment > capacity:
+            raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
         if overflow not in OVERFLOW:
             raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW)}")
-        if not (callable(source) or isinstance(source, Iterable)):
+        map_style = hasattr(source, "__len__") and hasattr(source, "__getitem__")
+        if not (callable(source) or isinstance(source, Iterable) or map_style):
             raise TypeError(f"source must be iterable or a callable returning an iterable, got {type(source).__name__}")
+        if isinstance(source, Iterator):
+            raise TypeError(
+                f"source is a one-shot iterator ({type(source).__name__}); every epoch reads the source again — pass "
+                "a list, a map-style dataset, or a function returning a fresh iterator (lambda: my_generator())"
+            )
+        if isinstance(capacity, np.integer):
+            capacity = int(capacity)
         self.algorithm = resolve_algorithm(algorithm)
         check_algorithm_options(self.algorithm, algorithm_options)
         self.source, self.capacity, self.buffer_size = source, capacity, buffer_size
@@ -113,6 +126,7 @@ class PackingStream(IterableDataset):
         self.epoch = 0
         self._next = (0, 0)  # (window, pack) of the next pack to emit
         self._markers = False  # set by PackingLoader: report windows without packs
+        self._last_iterator = None
         self.stats = {"samples": 0, "truncated": 0, "tokens_truncated": 0, "split": 0, "dropped": 0,
                       "tokens_dropped": 0, "dropped_last": 0}  # fmt: skip
 
@@ -179,6 +193,9 @@ class PackingStream(IterableDataset):
 
     def _source_iter(self) -> Iterable:
         src = self.source() if callable(self.source) and not isinstance(self.source, Iterable) else self.source
+        if isinstance(src, Iterator) and src is self._last_iterator:
+            raise TypeError("the source callable returned the same iterator again; return a fresh one every call")
+        self._last_iterator = src if isinstance(src, Iterator) else None
         if not isinstance(src, Iterable):
             raise TypeError(f"the source callable returned {type(src).__name__}, not an iterable")
         return src
@@ -230,14 +247,14 @@ class PackingStream(IterableDataset):
                 lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
             else:
                 lengths = np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples))
-        except (KeyError, TypeError, ValueError):  # find and name the bad sample
+        except Exception:  # find and name the bad sample (a length_fn may raise anything)
             lengths = np.asarray([self._length(s, base + j) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
             raise ValueError(f"sample {base + j} has {int(lengths[j])} tokens; every sample needs at least one")
         kept = samples
-        if (lengths > self.capacity).any():  # rare: rebuild the window with the overflow policy applied
+        if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
             kept, new_lengths = [], []
             for j, s in enumerate(samples):
                 for piece in self._overflow(s, base + j, int(lengths[j])):
@@ -258,7 +275,10 @@ class PackingStream(IterableDataset):
 
     def _length(self, sample: Mapping, index: int) -> int:
         if self.length_fn is not None:
-            return int(self.length_fn(sample))
+            try:
+                return int(self.length_fn(sample))
+            except Exception as e:
+                raise ValueError(f"sample {index}: length_fn raised {type(e).__name__}: {e}") from e
         try:
             return len(sample["input_ids"])
         except (KeyError, TypeError) as e:
@@ -266,12 +286,22 @@ class PackingStream(IterableDataset):
                 f"sample {index} has no input_ids ({type(sample).__name__}); pass length_fn= for other samples"
             ) from e
 
+    @property
+    def _limit(self) -> int:
+        """The longest sequence that fits a pack after alignment."""
+        return self.capacity // self.alignment * self.alignment
+
     def _overflow(self, sample: Mapping, index: int, n: int) -> list[Mapping]:
-        cap = self.capacity
+        cap = self._limit
         if n <= cap:
             return [sample]
         if self.overflow == "error":
             raise ValueError(f"sample {index} has {n} tokens > capacity {cap}; pass overflow='truncate'|'split'|'drop'")
+        if self.overflow in ("truncate", "split") and any(sample.get(k) is not None for k in MEDIA_KEYS):
+            raise ValueError(
+                f"sample {index} has {n} tokens > capacity {cap} and images; a stream cannot cut it without "
+                "cutting an image — pack it offline (packwise pack truncates before images) or use overflow='drop'"
+            )
         if self.overflow == "drop":
             self.stats["dropped"] += 1
             self.stats["tokens_dropped"] += n

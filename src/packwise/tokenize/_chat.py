@@ -30,15 +30,21 @@ def _template_kwargs(tok) -> dict:
 
 
 def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_prompt: bool = False):
+    from jinja2 import TemplateError
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    texts, generation_spans = render_jinja_template(
-        conversations=chats,
-        chat_template=template,
-        return_assistant_tokens_mask=spans,
-        add_generation_prompt=add_generation_prompt,
-        **kwargs,
-    )
+    try:
+        texts, generation_spans = render_jinja_template(
+            conversations=chats,
+            chat_template=template,
+            return_assistant_tokens_mask=spans,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+    except TemplateError as e:
+        raise ValueError(
+            f"the chat template failed: {type(e).__name__}: {e}; fix the template (--chat-template)"
+        ) from e
     return (texts, generation_spans) if spans else texts
 
 
