@@ -117,8 +117,14 @@ def collate_packs(
         >>> batch["input_ids"].tolist(), batch["mm_token_type_ids"].tolist(), batch["cu_seq_lens_q"].tolist()
         ([[1, 2, 3, 4, 5]], [[0, 0, 0, 1, 1]], [0, 2, 5])
     """
+    packs = list(packs)
     if not packs:
         raise ValueError("collate_packs needs at least one pack")
+    for i, p in enumerate(packs):
+        if not isinstance(p, PackedSequence):
+            raise TypeError(
+                f"pack {i} is a {type(p).__name__}; collate_packs takes PackedSequence objects (assemble_pack)"
+            )
     if layout not in ("thd", "padded"):
         raise ValueError(f"unknown layout {layout!r}; use 'thd' or 'padded'")
     if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:

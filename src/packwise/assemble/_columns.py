@@ -12,6 +12,11 @@ import torch
 #: Per-sample tensors that are not per token (images, videos): concatenated in sequence order, not padded.
 MEDIA_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *MEDIA_KEYS)
+#: Names the assembler and collator produce: a per-token column may not take them.
+PRODUCED = (
+    "cu_seqlens", "cu_seqlens_padded", "max_seqlen", "seq_idx", "padding_mask", "total_tokens", "cu_seq_lens_q",
+    "cu_seq_lens_k", "max_length_q", "max_length_k", "num_sequences", "cu_pack_tokens", "layout", "metadata",
+)  # fmt: skip
 
 
 def as_tensor(value, name: str, index: int) -> torch.Tensor:
@@ -45,11 +50,18 @@ class _Columns:
 
 
 def _names(seq: Mapping) -> list[str]:
-    return sorted(k for k, v in seq.items() if k not in RESERVED and v is not None and _is_tensor_like(v))
+    names = sorted(k for k, v in seq.items() if k not in RESERVED and v is not None and _is_tensor_like(v))
+    clash = [n for n in names if n in PRODUCED]
+    if clash:
+        raise ValueError(f"column {clash[0]!r} is a name packwise produces; rename the column")
+    return names
 
 
 def _collect(sequences: Sequence[Mapping]) -> _Columns:
     """Validate every sequence (one pass, cheap checks) and concatenate what can be concatenated."""
+    for i, seq in enumerate(sequences):
+        if not isinstance(seq, Mapping):
+            raise TypeError(f"sequence {i} is a {type(seq).__name__}; pass a mapping with input_ids (and labels, ...)")
     names = _names(sequences[0])
     meta_keys = [k for k, v in sequences[0].items() if k not in RESERVED and v is not None and k not in names]
     first_keys = sequences[0].keys()
@@ -73,7 +85,9 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             if not isinstance(ids, torch.Tensor):
                 ids = as_tensor(ids, "input_ids", i)
             if ids.dim() != 1:
-                ids = ids.reshape(-1)
+                raise ValueError(f"sequence {i}: input_ids has shape {tuple(ids.shape)}; expected (L,) — one sequence")
+            if ids.numel() and (ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex()):
+                raise TypeError(f"sequence {i}: input_ids has dtype {ids.dtype}; token ids are integers")
         if i and (ids is not None) != bool(ids_list):
             raise ValueError(f"sequence {i}: input_ids present in some sequences but not others")
         lab = seq.get("labels")

@@ -34,7 +34,9 @@ def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> t
         ([0, 1, 6, 7], [2, 3, 4, 5])
     """
     _check(cp_size, cp_rank)
-    cu = cu_seqlens_padded.to(torch.int64).cpu()
+    cu = torch.as_tensor(cu_seqlens_padded).to(torch.int64).cpu()
+    if cu.dim() != 1 or cu.shape[0] < 2 or int(cu[0]) != 0 or bool((cu.diff() < 0).any()):
+        raise ValueError(f"cu_seqlens_padded must be (M+1,) non-decreasing from 0, got {cu.tolist()}")
     lengths = cu.diff()
     if cp_size == 1:
         return torch.arange(int(cu[-1]), dtype=torch.int64)
@@ -76,7 +78,7 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
         >>> shard_for_context_parallel(batch, cp_size=2, cp_rank=1)["input_ids"].tolist()
         [[2, 3, 4, 5]]
     """
-    if batch.get("layout") != "thd":
+    if not isinstance(batch, dict) or batch.get("layout") != "thd" or "cu_seqlens_padded" not in batch:
         raise ValueError("shard_for_context_parallel needs a layout='thd' batch from collate_packs")
     _check(cp_size, cp_rank)
     idx = cp_indices(batch["cu_seqlens_padded"], cp_size, cp_rank)
@@ -86,8 +88,8 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
         if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
             continue
         axis = _token_axis(name, t)
-        if t.shape[axis] != total:
-            raise ValueError(f"batch[{name!r}] has {t.shape[axis]} tokens on axis {axis}, expected {total}")
+        if t.dim() <= axis or t.shape[axis] != total:
+            raise ValueError(f"batch[{name!r}] has shape {tuple(t.shape)}; expected {total} tokens on axis {axis}")
         out[name] = t.index_select(axis, idx.to(t.device))
     out["cp_size"], out["cp_rank"] = cp_size, cp_rank
     return out

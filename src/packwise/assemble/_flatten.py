@@ -41,7 +41,10 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> Packe
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
     if not tensors:
         raise ValueError("flatten_padded_batch: no tensor in the batch to take a device and shape from")
-    lengths = torch.as_tensor(lengths, dtype=torch.int64).flatten().cpu()
+    lengths = torch.as_tensor(lengths).flatten().cpu()
+    if lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers (tokens per row), got dtype {lengths.dtype}")
+    lengths = lengths.to(torch.int64)
     ref_name = (
         next(k for k in ("input_ids", "labels", "loss_mask") if k in tensors)
         if any(k in tensors for k in ("input_ids", "labels", "loss_mask"))
@@ -57,6 +60,9 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> Packe
         raise ValueError(f"lengths must be in [0, {s}] (the row width), got {lengths.tolist()}")
     if int(lengths.sum()) == 0:
         raise ValueError("flatten_padded_batch: total length is 0 tokens; nothing to pack")
+    for name in ("input_ids", "labels", "loss_mask", "attention_mask"):
+        if name in tensors and tensors[name].dim() != 2:
+            raise ValueError(f"batch[{name!r}] has shape {tuple(tensors[name].shape)}; expected [B, S]")
     for name, t in tensors.items():
         if name == "position_ids" and t.dim() == 3:
             ok = t.shape[0] == 3 and tuple(t.shape[1:]) == (b, s)

@@ -42,7 +42,10 @@ def available_backends(device: torch.device | str = "cpu", dtype: torch.dtype = 
         >>> available_backends("cpu")
         ['flex', 'sdpa', 'dense']
     """
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {device!r} ({e}); use 'cpu' or 'cuda'") from None
     out = []
     half = dtype in (torch.float16, torch.bfloat16)
     if device.type == "cuda" and half and importlib.util.find_spec("flash_attn") is not None:
@@ -57,6 +60,8 @@ def _check(q, k, v, cu_q, cu_k) -> None:
         raise ValueError(f"q, k, v must be (T, H, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if k.shape != v.shape or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must match, with q's head dim {q.shape[-1]}")
+    if k.shape[1] == 0 or q.shape[1] == 0:
+        raise ValueError(f"q has {q.shape[1]} heads and k/v {k.shape[1]}; both need at least one")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"{q.shape[1]} query heads are not a multiple of {k.shape[1]} key/value heads")
     for name, cu, t in (("cu_seqlens_q", cu_q, q.shape[0]), ("cu_seqlens_k", cu_k, k.shape[0])):
@@ -113,6 +118,10 @@ def varlen_attention(
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    cu_seqlens_q, cu_seqlens_k = torch.as_tensor(cu_seqlens_q), torch.as_tensor(cu_seqlens_k)
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if cu.is_floating_point() or cu.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers (token offsets), got dtype {cu.dtype}")
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if backend == "auto":

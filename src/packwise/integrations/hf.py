@@ -28,6 +28,12 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     """One feature -> its sequences: split by ``seq_lengths`` (a packed row) or the whole row."""
     if "input_ids" not in feature:
         raise ValueError(f"feature {index} has no 'input_ids' (keys: {sorted(feature)})")
+    mask = feature.get("attention_mask")
+    if mask is not None and not bool(np.all(np.asarray(mask) == 1)):
+        raise ValueError(
+            f"feature {index} has padding (attention_mask with zeros); PackedDataCollator takes unpadded rows — "
+            "remove the padding (or the attention_mask column) before packing"
+        )
     ids = np.asarray(feature["input_ids"], dtype=np.int64).reshape(-1)
     keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
     cols = {k: np.asarray(v) for k, v in feature.items() if k in keep and v is not None}
