@@ -1,7 +1,7 @@
 """Fine-tune a causal LM on packed chitchat conversations with ``transformers.Trainer`` — and prove step-0 parity.
 
     python examples/train_sft_hf.py --model smollm2 --max-steps 4            # the real SmolLM2-135M, CPU
-    python examples/train_sft_hf.py --model tiny-llama --max-steps 20        # random tiny Llama, seconds
+    python examples/train_sft_hf.py --model tiny-llama --max-steps 20        # random tiny Llama, ~2 min on 2 cores
     python examples/train_sft_hf.py --model smollm2 --trl                    # the same collator in trl.SFTTrainer
 
 What it does:

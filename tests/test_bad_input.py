@@ -18,6 +18,11 @@ CASES = [
     ("missing_messages", [json.dumps(GOOD), json.dumps({"messages": None})], ["line 2: field 'messages' is missing"]),
     ("empty_messages", [json.dumps(GOOD), json.dumps({"messages": []})], ["line 2: field 'messages' is empty"]),
     (
+        "mixed_kinds",
+        [json.dumps(GOOD), json.dumps({"input_ids": [1, 2]})],
+        ["line 2: field 'messages' is missing but the row has 'input_ids': one input kind per dataset"],
+    ),
+    (
         "unknown_role",
         [json.dumps(GOOD), json.dumps({"messages": [{"role": "bot", "content": "x"}]})],
         ["line 2: field 'messages[0].role' = 'bot' is not one of system, user, assistant, tool"],

@@ -45,3 +45,27 @@ def test_verify_tiny_qwen25_vl_mixes_text_and_image_documents(capsys):
     assert rc == 0 and payload["isolated"] is True
     assert all(r["max_abs_diff"] <= 1e-5 for r in payload["packwise"])
     assert all(r["grad_max_rel_diff"] is None or r["grad_max_rel_diff"] <= 1e-4 for r in payload["packwise"])
+
+
+def test_verify_exits_1_when_a_path_is_not_isolated(monkeypatch, capsys):
+    """A failed check must fail the command (exit 1), not only print NOT ISOLATED."""
+    import dataclasses
+
+    import packwise.verify as verify_mod
+
+    real = verify_mod.check_equivalence
+
+    def leaky(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), isolated=False)
+
+    monkeypatch.setattr(verify_mod, "check_equivalence", leaky)
+    rc = main(["verify", "--attn", "sdpa", "--num-docs", "2", "--max-tokens", "16", "--no-grads"])
+    assert rc == 1
+    assert "NOT ISOLATED" in capsys.readouterr().out
+
+
+def test_verify_rejects_bad_numbers(capsys):
+    assert main(["verify", "--atol", "-1"]) == 1
+    assert "--atol -1.0: must be >= 0" in capsys.readouterr().err
+    assert main(["verify", "--num-docs", "1"]) == 1
+    assert "at least 2 documents" in capsys.readouterr().err

@@ -209,3 +209,39 @@ def test_images_same_packs_as_local_engine(tmp_path):
     assert metadata(report) == metadata(local)
     assert report.multimodal["images_packed"] == 1
     same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_cli_engine_ray_writes_the_local_engines_files(rows, tmp_path, capsys):
+    from packwise.cli import main
+
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:80]))
+    common = ["pack", str(data), "--capacity", "1024", "--packs-per-shard", "5", "--no-report", "--json"]
+    assert main([*common, "-o", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main([*common, "-o", str(tmp_path / "ray"), "--engine", "ray"]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert remote["plan_hash"] == local["plan_hash"] and remote["tokens_packed"] == local["tokens_packed"]
+    assert remote["packs"] == local["packs"] > 5  # several shards
+    same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_pack_dataset_takes_a_packing_config(rows, tmp_path):
+    from packwise import PackingConfig
+    from packwise.integrations.ray import pack_dataset
+
+    cfg = PackingConfig(capacity=2048, algorithm="ffd", loss_on="all")
+    report = pack_dataset(rows[:50], tmp_path / "ray", cfg, capacity=1024)  # overrides replace config fields
+    local = local_output(rows[:50], tmp_path / "local", capacity=1024, algorithm="ffd", loss_on="all")
+    assert (report.capacity, report.algorithm, report.plan_hash) == (1024, local.algorithm, local.plan_hash)
+    with pytest.raises(TypeError, match="pass a PackingConfig, a path to one, or None"):
+        pack_dataset(rows[:5], tmp_path / "x", {"capacity": 8})
+
+
+def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
+    from packwise.cli import main
+
+    assert main(["pack", "-o", str(tmp_path / "o"), "--num-cpus", "2"]) == 1
+    assert "--ray-address and --num-cpus apply to --engine ray" in capsys.readouterr().err
+    assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 1
+    assert "--engine 'spark': use local or ray" in capsys.readouterr().err

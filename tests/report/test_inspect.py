@@ -177,5 +177,7 @@ def test_packing_that_drops_everything_fails_instead_of_writing_no_packs(write_j
     out = tmp_path / "out"
     data = write_jsonl([{"input_ids": list(range(1, 11))}])
     assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--overflow", "drop", "-q"]) == 1
-    assert "no sequence left to pack (1 of 1 samples dropped by overflow='drop' at capacity 8)" in capsys.readouterr().err
+    assert (
+        "no sequence left to pack (1 of 1 samples dropped by overflow='drop' at capacity 8)" in capsys.readouterr().err
+    )
     assert not out.exists()

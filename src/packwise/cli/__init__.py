@@ -6,11 +6,12 @@ Exit codes: 0 success; 1 bad input, options or a failed check (message on stderr
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 from ._config import app as config_app
-from ._console import err
+from ._console import err, out
 from ._inspect import inspect
 from ._pack import pack
 from ._plan import plan
@@ -26,8 +27,20 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        out.print(f"packwise {__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _group() -> None:
+def _group(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """Sequence packing for LLM/VLM SFT: plan, assemble, run, prove."""
 
 
@@ -48,7 +61,7 @@ def _pydantic_error(x: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``packwise`` console script; returns the exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here instead of raising
     except (ValueError, TypeError, OSError) as e:
         errors = getattr(e, "errors", None)
         if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic: one line per broken rule
@@ -64,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return e.exit_code
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

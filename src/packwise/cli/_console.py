@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 
@@ -10,8 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+# Piped or captured output (CI logs, `| tee`) gets 140 columns instead of rich's 80 so tables do not
+# truncate their cells; a terminal or an explicit COLUMNS keeps rich's own width.
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 140
+out = Console(width=_WIDTH)
+err = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else 140)
 
 
 @contextlib.contextmanager

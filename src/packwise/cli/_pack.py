@@ -20,6 +20,8 @@ Examples:
   packwise pack data.jsonl -o out --capacity 8192 --overflow split
 
   packwise pack data.parquet -o out --tokenizer ./tok --algorithm mffd
+
+  packwise pack data.jsonl -o out --engine ray --num-cpus 8   # same packs and files, on Ray workers
 """
 
 
@@ -61,6 +63,19 @@ def pack(
         typer.Option("--report/--no-report", help="Write report.json, report.md and report-*.png next to the data."),
     ] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty output directory.")] = False,
+    engine: Annotated[
+        str,
+        typer.Option(help="local (this process) | ray (Ray Data workers; same packs and files; needs packwise[ray])."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="--engine ray: connect to this cluster (auto, ray://HEAD:10001); default: start a local Ray."
+        ),
+    ] = None,
+    num_cpus: Annotated[
+        int | None, typer.Option(help="--engine ray: CPUs of the local Ray instance (default: all).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or table.")] = False,
 ) -> None:
@@ -73,6 +88,10 @@ def pack(
 
     if packs_per_shard < 1:
         raise ValueError(f"--packs-per-shard must be >= 1, got {packs_per_shard}")
+    if engine not in ("local", "ray"):
+        raise ValueError(f"--engine {engine!r}: use local or ray")
+    if engine == "local" and (ray_address is not None or num_cpus is not None):
+        raise ValueError("--ray-address and --num-cpus apply to --engine ray; add --engine ray or drop them")
     given = {k: v for k, v in ctx.params.items() if _from_command_line(ctx, k)}
     options = {k: given[k] for k in CONFIG_FLAGS if k in given} if config else {k: ctx.params[k] for k in CONFIG_FLAGS}
     for key in ("min_pixels", "max_pixels"):
@@ -85,14 +104,23 @@ def pack(
     check_output_dir(output, overwrite=overwrite, inputs=() if input_path is None else (input_path,))
     data = chitchat_input if input_path is None else input_path
     with progress_bars(quiet or json_out) as progress:
-        packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
-        t = time.perf_counter()
-        n = packed.num_packs
-        bounds = list(range(0, n, packs_per_shard)) or [0]
-        tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
-        advance = progress("write", n) if progress else None
-        write_packed(output, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
-        report.timings["write"] = time.perf_counter() - t
+        if engine == "ray":
+            from ..integrations.ray import pack_ray
+
+            report = pack_ray(
+                chitchat_input() if input_path is None else input_path, output, **cfg.pipeline_kwargs(),
+                format=input_format, packs_per_shard=packs_per_shard, overwrite=overwrite, num_cpus=num_cpus,
+                ray_address=ray_address,
+            )  # fmt: skip
+        else:
+            packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
+            t = time.perf_counter()
+            n = packed.num_packs
+            bounds = list(range(0, n, packs_per_shard)) or [0]
+            tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
+            advance = progress("write", n) if progress else None
+            write_packed(output, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
+            report.timings["write"] = time.perf_counter() - t
         report_files = []
         if write_report_files:
             t = time.perf_counter()

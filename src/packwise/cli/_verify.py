@@ -16,7 +16,7 @@ ATTN_PATHS = {"eager": "dense", "sdpa": "sdpa", "flex": "flex", "packwise": "aut
 
 def verify(
     model: Annotated[
-        str, typer.Option(help="tiny-llama | tiny-qwen2 | smollm2 | PATH (HF dir or .gguf)")
+        str, typer.Option(help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | smollm2 | PATH (HF dir or .gguf)")
     ] = "tiny-llama",
     attn: Annotated[
         str, typer.Option(help="Comma list of packwise paths: eager,sdpa,flex,packwise")
@@ -27,6 +27,10 @@ def verify(
     atol: Annotated[
         float | None, typer.Option(help="Logit/loss tolerance (default 1e-5 tiny, 1e-4 otherwise).")
     ] = None,
+    rtol: Annotated[
+        float,
+        typer.Option(help="Relative logit tolerance per element: |Δ| <= atol + rtol·|alone| (torch.testing fp32)."),
+    ] = 1.3e-6,
     grad_rtol: Annotated[float, typer.Option(help="Relative gradient tolerance.")] = 1e-4,
     grads: Annotated[bool, typer.Option(help="Compare parameter gradients (one backward per path).")] = True,
     raw: Annotated[
@@ -45,6 +49,16 @@ def verify(
     unknown = [a for a in paths if a not in ATTN_PATHS]
     if unknown or not paths:
         raise ValueError(f"--attn {attn!r}: unknown path(s) {unknown}; use any of {', '.join(ATTN_PATHS)}")
+    if atol is not None and not atol >= 0:
+        raise ValueError(f"--atol {atol}: must be >= 0")
+    if not rtol >= 0:
+        raise ValueError(f"--rtol {rtol}: must be >= 0")
+    if not grad_rtol >= 0:
+        raise ValueError(f"--grad-rtol {grad_rtol}: must be >= 0")
+    if num_docs < 2:
+        raise ValueError(f"--num-docs {num_docs}: a pack needs at least 2 documents to test isolation")
+    if max_tokens < 2:
+        raise ValueError(f"--max-tokens {max_tokens}: must be >= 2")
     tol = atol if atol is not None else (1e-5 if model in TINY else 1e-4)
     net, tok = load_model(model)
     if model == "tiny-qwen2.5-vl":  # text-only and image documents mixed in one pack
@@ -63,7 +77,7 @@ def verify(
                     grads and not use_cache and not train and not (name == "flex" and not torch.cuda.is_available())
                 )
                 r = check_equivalence(
-                    net, docs, atol=tol, grad_rtol=grad_rtol, use_cache=use_cache, train=train,
+                    net, docs, atol=tol, rtol=rtol, grad_rtol=grad_rtol, use_cache=use_cache, train=train,
                     check_grads=want_grads, path=f"packwise/{name}",
                 )  # fmt: skip
                 reports.append(r)
@@ -73,7 +87,7 @@ def verify(
             net.set_attn_implementation(impl)
             raw_reports.append(
                 check_equivalence(
-                    net, docs, atol=tol, use_cache=None, inputs="position_ids", check_grads=False,
+                    net, docs, atol=tol, rtol=rtol, use_cache=None, inputs="position_ids", check_grads=False,
                     path=f"HF {impl} (raw)",
                 )
             )  # fmt: skip
@@ -90,7 +104,11 @@ def verify(
     else:
         out.print(_table(model, docs, reports, raw_reports))
         verdict = "[bold green]ISOLATED[/]" if ok else "[bold red]NOT ISOLATED[/]"
-        out.print(f"{verdict}: every packwise path within atol {tol:g}" if ok else f"{verdict} (atol {tol:g})")
+        out.print(
+            f"{verdict}: every packwise path within atol {tol:g} + rtol {rtol:g}·|logit|"
+            if ok
+            else f"{verdict} (atol {tol:g}, rtol {rtol:g})"
+        )
     if not ok:
         raise typer.Exit(1)
 

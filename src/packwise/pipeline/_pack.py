@@ -146,7 +146,7 @@ def pack_columns(
         algorithm=plan.algorithm,
         seed=plan.seed,
         overflow=overflow,
-        loss_on=loss_on,
+        loss_on=loss_on if raw.kind != "tokens" else "labels",  # pre-tokenized: the rows' own labels/loss_mask
         rows_read=raw.num_rows,
         rows_skipped=len(skipped),
         samples=raw.num_rows - len(skipped),

@@ -75,6 +75,11 @@ class RowErrors:
 def _chat(row: dict, key: str, where: str) -> list[dict]:
     msgs = row.get(key)
     if msgs is None:
+        if row.get("input_ids") is not None or row.get("messages") is not None:
+            other = "input_ids" if row.get("input_ids") is not None else "messages"
+            raise BadRow(
+                where, key, f"is missing but the row has {other!r}: one input kind per dataset (the first row's)"
+            )
         raise BadRow(where, key, "is missing")
     if not isinstance(msgs, list) or not msgs:
         raise BadRow(where, key, "is empty" if isinstance(msgs, list) else f"is a {type(msgs).__name__}, not a list")

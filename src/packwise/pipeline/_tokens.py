@@ -45,6 +45,13 @@ def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bo
         where = raw.locate(i)
         try:
             _reserved(row.keys(), where)
+            if row.get("input_ids") is None and (row.get("messages") is not None or row.get("prompt") is not None):
+                other = "messages" if row.get("messages") is not None else "prompt"
+                raise BadRow(
+                    where,
+                    "input_ids",
+                    f"is missing but the row has {other!r}: one input kind per dataset (the first row's)",
+                )
             ids = _int_list(row.get("input_ids"), where, "input_ids")
             if ids.shape[0] == 0:
                 raise BadRow(where, "input_ids", "is empty")

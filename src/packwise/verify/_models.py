@@ -74,7 +74,9 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
         return _plain_fp32(model).eval(), load_tokenizer("smollm2")
     path = Path(spec)
     if not path.exists():
-        raise ValueError(f"model {spec!r}: not tiny-llama, tiny-qwen2, smollm2, nor an existing path")
+        raise ValueError(
+            f"model {spec!r}: not one of {', '.join(TINY)}, smollm2, nor an existing path (HF model dir or .gguf)"
+        )
     if path.suffix == ".gguf":
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
         return _plain_fp32(model).eval(), load_tokenizer(str(path))

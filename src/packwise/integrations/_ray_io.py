@@ -1,0 +1,204 @@
+"""Ray engine, reading: cut the input into pieces in input order and read one piece on a worker.
+
+Used by :func:`packwise.integrations.ray.pack_ray` (see its module docstring for why JSONL is cut into byte
+ranges and Parquet into row groups rather than read with Ray Data).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..io._read import SKIP_HINT, RawInput, _digest, detect_format, detect_kind, from_rows
+
+PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
+PIECE_ROWS = (16, 100_000)  # rows per task: min, max
+PIECE_BYTES = (64 << 10, 64 << 20)  # JSONL bytes per task: min, max
+
+
+def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str, list, object]:
+    """``(name, kind, pieces, fingerprint)``; a piece is ``(tag, data or ObjectRef, meta)``, in input order.
+    The fingerprint is a string, an ObjectRef to one, or None (summed from per-row digests by the pieces)."""
+    if isinstance(data, (list, tuple, RawInput, pa.Table)) or type(data).__module__.startswith("datasets"):
+        raw = data if isinstance(data, RawInput) else from_rows(data, name=type(data).__name__)
+        if raw.line_numbers is not None or raw.errors:
+            raise TypeError(f"{raw.name}: pass a file as its path to pack_ray, not as a RawInput read from it")
+        step = _piece_rows(raw.num_rows, cpus)
+        if raw.rows is not None:
+            pieces = [("rows", ray.put(raw.rows[a : a + step]), (a,)) for a in range(0, raw.num_rows, step)]
+        else:
+            ref = ray.put(raw.table)
+            pieces = [("block", ref, (a, min(a + step, raw.num_rows), a)) for a in range(0, raw.num_rows, step)]
+        return raw.name, raw.kind, pieces, raw.fingerprint
+    if type(data).__module__.startswith("ray.data") and isinstance(data, ray.data.Dataset):  # no Ray Data import
+        name = data.name or "ray.data.Dataset"
+        pieces, names = _dataset_pieces(data, cpus)
+        if not pieces:
+            raise ValueError(f"{name}: no rows")
+        return name, detect_kind(names, name), pieces, None
+    if not isinstance(data, (str, os.PathLike)):
+        raise TypeError(
+            f"pack_ray takes a JSONL/Parquet path, a ray.data.Dataset, a list of dict rows, a pyarrow.Table or a "
+            f"datasets.Dataset, got {type(data).__name__}; convert it to one of those"
+        )
+    path = Path(data)
+    if not path.exists():
+        raise ValueError(f"input {path} does not exist")
+    fmt = fmt or detect_format(path)
+    if fmt == "jsonl":
+        kind = _jsonl_kind(path, skip)
+        step = min(max(math.ceil(path.stat().st_size / (PIECES_PER_CPU * cpus)), PIECE_BYTES[0]), PIECE_BYTES[1])
+        ranges = _jsonl_ranges(path, step)
+        count = ray.remote(_count_newlines)
+        newlines = ray.get([count.remote(str(path), lo, hi) for lo, hi in ranges])
+        first = np.cumsum([1, *newlines[:-1]]).tolist()  # 1-based number of each range's first line
+        pieces = [("jsonl", str(path), (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
+        return str(path), kind, pieces, ray.remote(_digest).remote([path])
+    if fmt != "parquet":
+        raise ValueError(
+            f"input {path}: the Ray engine reads JSONL and Parquet, not {fmt}; pass "
+            "ray.data.from_huggingface(datasets.load_from_disk(path)) or use the local engine (packwise pack)"
+        )
+    import pyarrow.parquet as pq
+
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="default")
+    footers = [pq.ParquetFile(f).metadata for f in files]
+    total = sum(m.num_rows for m in footers)
+    if total == 0:
+        raise ValueError(f"input {path} is empty (no rows)")
+    step, read, pieces, row = _piece_rows(total, cpus), ray.remote(_read_parquet), [], 0
+    for f, meta in zip(files, footers):
+        groups, n = [], 0
+        for g in range(meta.num_row_groups):  # read units of whole row groups, sliced into pieces
+            groups.append(g)
+            n += meta.row_group(g).num_rows
+            if n >= step or g == meta.num_row_groups - 1:
+                ref = read.remote(str(f), groups, schema)
+                pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
+                groups, n, row = [], 0, row + n
+    return str(path), detect_kind(schema.names, str(path)), pieces, ray.remote(_digest).remote(files)
+
+
+def _piece_rows(total: int, cpus: int) -> int:
+    return min(max(math.ceil(total / (PIECES_PER_CPU * cpus)), PIECE_ROWS[0]), PIECE_ROWS[1])
+
+
+def _dataset_pieces(ds, cpus: int) -> tuple[list, list[str]]:
+    """Blocks of a Ray Dataset in order, cut into slices (zero-copy), and its column names."""
+    ctx = ds.context
+    saved = ctx.execution_options.preserve_order, ctx.enable_progress_bars
+    ctx.execution_options.preserve_order, ctx.enable_progress_bars = True, False
+    try:
+        blocks, names = [], []
+        for bundle in ds.iter_internal_ref_bundles():
+            names = names or (list(bundle.schema.names) if bundle.schema is not None else [])
+            for entry, part in zip(bundle.blocks, bundle.slices):
+                lo, hi = (0, entry.metadata.num_rows) if part is None else (part.start_offset, part.end_offset)
+                if hi is None:
+                    raise RuntimeError("packwise: a Ray Data block without a row count; materialize() the dataset")
+                blocks.append((entry.ref, lo, hi))
+    finally:
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+    step, pieces, row = _piece_rows(sum(hi - lo for _, lo, hi in blocks), cpus), [], 0
+    for ref, lo, hi in blocks:
+        pieces += [("block", ref, (a, min(a + step, hi), row + a - lo)) for a in range(lo, hi, step)]
+        row += hi - lo
+    return pieces, names
+
+
+def _parse_line(raw: bytes, path: str, lineno: int) -> dict:
+    """One JSONL line, parsed and reported as the local reader does."""
+    try:
+        row = json.loads(raw)
+        if not isinstance(row, dict):
+            raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    except ValueError as e:
+        raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {SKIP_HINT}") from None
+    return row
+
+
+def _jsonl_kind(path: Path, skip: bool) -> str:
+    """The row kind, from the first valid line as the local reader decides it (reads only that far)."""
+    bad = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = _parse_line(raw, str(path), lineno)
+            except ValueError:
+                if not skip:
+                    raise
+                bad += 1
+                continue
+            return detect_kind(row.keys(), f"{path} line {lineno}")
+    raise ValueError(
+        f"input {path}: no line is valid JSON ({bad} bad lines)" if bad else f"input {path} is empty (no rows)"
+    )
+
+
+def _jsonl_ranges(path: Path, step: int) -> list[tuple[int, int]]:
+    """Byte ranges of about ``step`` bytes, each ending just after a newline or at the end of the file."""
+    size, cuts = path.stat().st_size, [0]
+    with open(path, "rb") as f:
+        while cuts[-1] + step < size:
+            f.seek(cuts[-1] + step)
+            cuts.append(cuts[-1] + step + len(f.readline()))
+    return [(lo, hi) for lo, hi in zip(cuts, [*cuts[1:], size]) if lo < hi]
+
+
+def _count_newlines(path: str, lo: int, hi: int) -> int:
+    with open(path, "rb") as f:
+        f.seek(lo)
+        return f.read(hi - lo).count(b"\n")
+
+
+def _read_parquet(path: str, groups: list[int], schema: pa.Schema) -> pa.Table:
+    """Row groups of one file, with the columns and types of all files together (as the local reader)."""
+    import pyarrow.parquet as pq
+
+    return pa.concat_tables(
+        [schema.empty_table(), pq.ParquetFile(path).read_row_groups(groups)], promote_options="default"
+    )
+
+
+@dataclass
+class _Piece(RawInput):
+    """Rows numbered from ``start``, so error messages name rows of the whole input."""
+
+    start: int = 0
+
+    def locate(self, i: int) -> str:
+        return super().locate(i) if self.line_numbers is not None else f"{self.name} row {self.start + i}"
+
+
+def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
+    if tag == "rows":
+        return _Piece(name=name, kind=kind, rows=data, start=meta[0])
+    if tag == "block":
+        if not isinstance(data, pa.Table):
+            from ray.data.block import BlockAccessor
+
+            data = BlockAccessor.for_block(data).to_arrow()
+        return _Piece(name=name, kind=kind, table=data.slice(meta[0], meta[1] - meta[0]), start=meta[2])
+    lo, hi, first = meta
+    with open(data, "rb") as f:
+        f.seek(lo)
+        lines = f.read(hi - lo).split(b"\n")
+    rows, numbers, errors = [], [], []
+    for k, raw in enumerate(lines):
+        if raw.strip():  # the local reader sees each line with its newline: same JSON error positions
+            try:
+                rows.append(_parse_line(raw + b"\n" if k < len(lines) - 1 else raw, name, first + k))
+            except ValueError as e:
+                errors.append((len(rows), str(e)))
+                rows.append(None)
+            numbers.append(first + k)
+    return _Piece(name=name, kind=kind, rows=rows, errors=errors, line_numbers=numbers)

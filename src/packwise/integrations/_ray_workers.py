@@ -1,0 +1,156 @@
+"""Ray engine, worker tasks: tokenize one piece, and assemble + write one group of shards.
+
+Each task runs the local engine's own code (``tokenize_rows``/``tokens_from_rows``, ``apply_overflow``,
+``PackedColumns.build``), so the Ray engine's packs and bytes equal ``packwise pack``'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..constants import IGNORE_INDEX
+from ..io._read import RawInput
+from ..io._write import ROW_GROUP_PACKS, shard_name
+from ..pipeline._overflow import apply_overflow
+from ..pipeline._samples import Samples, tokenize_rows
+from ..pipeline._table import PackedColumns
+from ..pipeline._tokens import tokens_from_rows
+from ..plan import PackPlan
+from ._ray_io import _read_piece
+
+MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with images (absent from pieces without)
+_TOKENIZERS: dict = {}  # per worker process: tokenizer ObjectRef hex -> tokenizer
+
+
+def _load_tokenizer(handle):
+    """``None``, a name or path (cached by ``load_tokenizer``), or ``[ObjectRef]`` (cached per worker)."""
+    from ..tokenize import load_tokenizer
+
+    if handle is None or isinstance(handle, str):
+        return None if handle is None else load_tokenizer(handle)
+    import ray
+
+    key = handle[0].hex()
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = load_tokenizer(ray.get(handle[0]))
+    return _TOKENIZERS[key]
+
+
+def _rank(j: int, msg: str, n_parse: int, raw: RawInput) -> int:
+    """Sorting bad rows by (rank, piece, row) gives the local engine's order: unparsable lines first, then
+    each check in the order the local engine runs it over the whole input."""
+    tail = msg[msg.rfind(": field ") :]
+    if j < n_parse:
+        return 0
+    if raw.kind != "tokens":
+        return 2 if "tokenizes to 0 tokens" in tail else 1
+    if raw.table is None or "is empty or null" in tail:
+        return 1
+    if "outside the vocabulary" in tail:
+        return 2
+    return 3 if tail.startswith((": field 'labels'", ": field 'loss_mask'")) else 4
+
+
+def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
+    """Worker: one piece through the local engine's validate/tokenize/normalise/overflow steps.
+
+    Returns ``(stats, samples)``: ``stats`` is small (counts, the first 5 bad rows, per-sequence lengths);
+    ``samples`` (sources numbered within the piece) stays in the object store.
+    """
+    from ..tokenize import tokenizer_fingerprint, tokenizer_name
+
+    stats = {"rows": 0, "skipped": 0, "errors": [], "fatal": None, "too_long": None, "info": None, "digest": 0}
+    stats["images"] = None
+    stats |= {"tokens": 0, "loss": 0, "overflow": {}, "lengths": np.zeros(0, np.int32), "columns": {}}
+    try:
+        raw = _read_piece(tag, data, meta, o["name"], o["kind"])
+        stats["rows"] = raw.num_rows
+        if o["rowsum"]:
+            for i, row in enumerate(raw.rows if raw.rows is not None else raw.table.to_pylist()):
+                text = f"{raw.start + i}\0{json.dumps(row, sort_keys=True, default=str)}"
+                stats["digest"] += int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        tok = _load_tokenizer(o["tokenizer"])
+        if info and tok is not None:
+            stats["info"] = (tokenizer_name(tok), tokenizer_fingerprint(tok, o["template"]))
+        if o["kind"] == "tokens":
+            samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=True)
+        else:
+            samples, skipped = tokenize_rows(
+                raw, tok, loss_on=o["loss_on"], chat_template=o["template"], skip_bad_rows=True, vision=o["vision"]
+            )
+    except ValueError as e:  # the input as a whole is unusable: a bad tokenizer, a column of the wrong type
+        stats["fatal"] = str(e)
+        return stats, None
+    stats["skipped"] = len(skipped)
+    stats["errors"] = sorted((_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped))[:5]
+    samples.labels[samples.offsets[:-1]] = IGNORE_INDEX  # as pack_columns: a first label is never a target
+    stats["tokens"], stats["loss"] = samples.num_tokens, int((samples.labels != IGNORE_INDEX).sum())
+    try:
+        samples, counts = apply_overflow(samples, o["capacity"], o["overflow"], raw.locate, o["vision"])
+    except ValueError as e:
+        stats["too_long"] = str(e)
+        return stats, None
+    stats["overflow"], stats["lengths"] = asdict(counts), samples.lengths.astype(np.int32)
+    stats["columns"] = {k: v.dtype.str for k, v in samples.columns.items()}
+    stats["images"] = None if samples.media is None else sum(len(m) for m in samples.media)
+    return stats, samples if samples.num_sequences else None
+
+
+def _split(samples: Samples, pos: np.ndarray, bounds: np.ndarray, row_start: int):
+    """Worker: one piece's sequences cut by writer group, as ``(Samples, plan positions)``; global sources."""
+    group = np.searchsorted(bounds, pos, side="right") - 1
+    order = np.argsort(group, kind="stable")
+    cuts = np.searchsorted(group[order], np.arange(bounds.shape[0]))
+    out = []
+    for g in range(bounds.shape[0] - 1):
+        sel = order[cuts[g] : cuts[g + 1]]
+        lens = samples.lengths[sel]
+        offsets = np.zeros(sel.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        idx = np.repeat(samples.offsets[:-1][sel] - offsets[:-1], lens) + np.arange(offsets[-1])
+        cols = {k: v[idx] for k, v in samples.columns.items()}
+        part = Samples(samples.ids[idx], samples.labels[idx], offsets, samples.source[sel] + row_start, cols)
+        part.media = None if samples.media is None else [samples.media[i] for i in sel]
+        out.append((part, pos[sel]) if sel.size else None)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _write_group(meta: tuple, *parts):
+    """Worker: build and write the Parquet shards of one group from the sequences the pieces sent."""
+    import pyarrow.parquet as pq
+
+    tmp, n_shards, jobs, offsets, capacity, algorithm, columns = meta
+    parts = [p for p in parts if p is not None]
+
+    def cat(values: list, dtype: str) -> np.ndarray:
+        return np.concatenate([np.zeros(0, dtype), *values])
+
+    lengths = cat([p.lengths for p, _ in parts], "int64")
+    seq_offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=seq_offsets[1:])
+    media = [p.media for p, _ in parts]  # a piece without images has no media: fill it in
+    if MEDIA_TYPES in columns:
+        media = [[[]] * p.num_sequences if m is None else m for m, (p, _) in zip(media, parts)]
+        for p, _ in parts:
+            p.columns.setdefault(MEDIA_TYPES, np.zeros(p.num_tokens, np.int8))
+    cols = {k: cat([p.columns[k] for p, _ in parts], dtype) for k, dtype in columns.items()}
+    ids, labels = cat([p.ids for p, _ in parts], "int32"), cat([p.labels for p, _ in parts], "int32")
+    samples = Samples(ids, labels, seq_offsets, cat([p.source for p, _ in parts], "int64"), cols)
+    if MEDIA_TYPES in columns:
+        samples.media = [m for piece in media for m in piece]
+    pos = cat([q for _, q in parts], "int64")
+    order = np.argsort(pos)
+    pos, done = pos[order], []
+    for shard, p0, p1 in jobs:
+        a, b = np.searchsorted(pos, [offsets[p0], offsets[p1]])
+        plan = PackPlan(order[a:b], offsets[p0 : p1 + 1] - offsets[p0], lengths, capacity, algorithm)
+        packed = PackedColumns.build(samples, plan)
+        pq.write_table(packed.table(), Path(tmp) / shard_name(shard, n_shards), row_group_size=ROW_GROUP_PACKS)
+        loss = int((packed.labels != IGNORE_INDEX).sum())
+        done.append((shard, packed.num_packs, int(packed.ids.shape[0]), loss, packed.loss_tokens_masked_at_boundary))
+    return done
