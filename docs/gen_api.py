@@ -23,6 +23,7 @@ MODULES = [
     "packwise.multimodal",
     "packwise.config",
     "packwise.integrations.energon",
+    "packwise.integrations.ray",
 ]
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 

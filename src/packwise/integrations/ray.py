@@ -341,4 +341,4 @@ def _commit(tmp: Path, out: Path, report: PackReport, shards: list[dict]) -> Non
         shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["pack_ray"]
+__all__ = ["pack_dataset", "pack_ray"]
