@@ -57,6 +57,7 @@ TOKEN_CASES = [
     ("id_out_of_vocab", {"input_ids": [1, 151665]}, "field 'input_ids' has token id 151665 at position 1 outside the vocabulary [0, 151665)"),
     ("negative_id", {"input_ids": [1, -3]}, "has token id -3 at position 1"),
     ("float_ids", {"input_ids": [1, 2.5]}, "field 'input_ids' contains 2.5; expected a flat list of integers"),
+    ("null_id", {"input_ids": [None]}, "field 'input_ids' holds a null token id"),
     ("labels_length", {"input_ids": [1, 2], "labels": [1]}, "field 'labels' has 1 values but input_ids has 2"),
     ("loss_mask_length", {"input_ids": [1, 2], "loss_mask": [1, 1, 1]}, "field 'loss_mask' has 3 values but input_ids has 2"),
     ("column_length", {"input_ids": [1, 2], "extra": [1, 2, 3]}, "field 'extra' has 3 values but input_ids has 2"),

@@ -57,21 +57,35 @@ def _names(seq: Mapping) -> list[str]:
     return names
 
 
+_NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
+                      torch.complex128})  # fmt: skip
+_MEDIA = frozenset(MEDIA_KEYS)
+
+
 def _collect(sequences: Sequence[Mapping]) -> _Columns:
-    """Validate every sequence (one pass, cheap checks) and concatenate what can be concatenated."""
+    """Validate every sequence (one pass, cheap checks) and concatenate what can be concatenated.
+
+    The loop is the hot path of ``assemble_pack`` (a few sequences per pack, thousands of packs per second):
+    it reads each mapping once, and only sequences whose keys differ from sequence 0's pay for the
+    per-key comparison."""
     for i, seq in enumerate(sequences):
         if not isinstance(seq, Mapping):
             raise TypeError(f"sequence {i} is a {type(seq).__name__}; pass a mapping with input_ids (and labels, ...)")
-    names = _names(sequences[0])
-    meta_keys = [k for k, v in sequences[0].items() if k not in RESERVED and v is not None and k not in names]
-    first_keys = sequences[0].keys()
+    first = sequences[0]
+    names = _names(first)
+    meta_keys = [k for k, v in first.items() if k not in RESERVED and v is not None and k not in names]
+    first_keys = first.keys()
+    media_keys = [k for k in MEDIA_KEYS if k in first_keys]
     lengths, ids_list, labels, masks, positions = [], [], [], [], []
     extra: dict[str, list] = {name: [] for name in names}
     metadata: dict[str, list] = {k: [] for k in meta_keys}
     media: dict[str, list] = {}
     device = None
+    Tensor = torch.Tensor
     for i, seq in enumerate(sequences):
+        keys = first_keys
         if i and seq.keys() != first_keys:
+            keys = seq.keys()
             seq_names = _names(seq)
             if seq_names != names:
                 diff = sorted(set(names) ^ set(seq_names))
@@ -80,25 +94,30 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                     f"(column {diff[0]!r}); a pack's sequences must carry the same columns "
                     "(collate_packs fills columns across packs)"
                 )
+            for key in keys - first_keys:
+                if key not in RESERVED and seq[key] is not None and key not in names:
+                    metadata.setdefault(key, [None] * i)
         ids = seq.get("input_ids")
         if ids is not None:
-            if not isinstance(ids, torch.Tensor):
+            if type(ids) is not Tensor and not isinstance(ids, Tensor):
                 ids = as_tensor(ids, "input_ids", i)
             if ids.dim() != 1:
                 raise ValueError(f"sequence {i}: input_ids has shape {tuple(ids.shape)}; expected (L,) — one sequence")
-            if ids.numel() and (ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex()):
+            if ids.dtype in _NOT_IDS and ids.numel():
                 raise TypeError(f"sequence {i}: input_ids has dtype {ids.dtype}; token ids are integers")
+            ref = ids
         if i and (ids is not None) != bool(ids_list):
             raise ValueError(f"sequence {i}: input_ids present in some sequences but not others")
         lab = seq.get("labels")
         if lab is not None:
-            if not isinstance(lab, torch.Tensor):
+            if type(lab) is not Tensor and not isinstance(lab, Tensor):
                 lab = as_tensor(lab, "labels", i)
             if lab.dim() != 1:
                 lab = lab.reshape(-1)
-        ref = ids if ids is not None else lab
-        if ref is None:
-            raise ValueError(f"sequence {i}: needs input_ids (or labels when a stage carries no tokens)")
+        if ids is None:
+            ref = lab
+            if ref is None:
+                raise ValueError(f"sequence {i}: needs input_ids (or labels when a stage carries no tokens)")
         length = ref.shape[0]
         if length == 0:
             raise ValueError(f"sequence {i} is empty (0 tokens); drop empty sequences before assembling")
@@ -108,7 +127,7 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
         mask = seq.get("loss_mask") if lab is None else None
         if mask is not None:
-            mask = (mask if isinstance(mask, torch.Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
+            mask = (mask if isinstance(mask, Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
             if mask.shape[0] != length:
                 raise ValueError(
                     f"sequence {i}: column 'loss_mask' has {mask.shape[0]} tokens but input_ids has {length}"
@@ -117,7 +136,7 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 raise ValueError(f"sequence {i}: loss_mask without input_ids; pass labels instead")
         pos = seq.get("position_ids")
         if pos is not None:
-            pos = pos if isinstance(pos, torch.Tensor) else as_tensor(pos, "position_ids", i)
+            pos = pos if isinstance(pos, Tensor) else as_tensor(pos, "position_ids", i)
             if pos.dim() == 2 and pos.shape[0] == 1:
                 pos = pos[0]
             if pos.dim() not in (1, 2) or pos.shape[-1] != length or (pos.dim() == 2 and pos.shape[0] != 3):
@@ -133,29 +152,33 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
         positions.append(pos)
         for name in names:
             col = seq[name]
-            col = col if isinstance(col, torch.Tensor) else as_tensor(col, name, i)
+            if not isinstance(col, Tensor):
+                col = as_tensor(col, name, i)
             if col.dim() == 0 or col.shape[0] != length:
                 got = col.shape[0] if col.dim() else "a scalar"
                 raise ValueError(f"sequence {i}: column {name!r} has {got} tokens but input_ids has {length}")
             extra[name].append(col)
-        for key in MEDIA_KEYS:
-            if seq.get(key) is not None:
-                value = seq[key] if isinstance(seq[key], torch.Tensor) else as_tensor(seq[key], key, i)
+        for key in media_keys if keys is first_keys else [k for k in MEDIA_KEYS if k in keys]:
+            value = seq[key]
+            if value is not None:
+                value = value if isinstance(value, Tensor) else as_tensor(value, key, i)
                 media.setdefault(key, []).append(value)
-        for key in seq.keys() - first_keys if i else ():
-            if key not in RESERVED and seq[key] is not None and key not in names:
-                metadata.setdefault(key, [None] * i)
         for key, values in metadata.items():
             values.append(seq.get(key))
     joined = {}
     for name, chunks in extra.items():
-        shapes = {tuple(c.shape[1:]) for c in chunks}
-        if len(shapes) > 1:
-            raise ValueError(f"column {name!r}: per-token shapes differ across sequences: {sorted(shapes)}")
-        dtype = chunks[0].dtype
-        for c in chunks[1:]:
-            dtype = torch.promote_types(dtype, c.dtype)
-        same = all(c.dtype == dtype and c.device == device for c in chunks)
+        head = chunks[0]
+        dtype, trailing = head.dtype, head.shape[1:]
+        same = True
+        for c in chunks:
+            if c.dtype is not dtype or c.device != device:
+                same = False
+            if c.shape[1:] != trailing:
+                shapes = sorted({tuple(x.shape[1:]) for x in chunks})
+                raise ValueError(f"column {name!r}: per-token shapes differ across sequences: {shapes}")
+        if not same:
+            for c in chunks[1:]:
+                dtype = torch.promote_types(dtype, c.dtype)
         joined[name] = torch.cat(chunks if same else [c.to(device=device, dtype=dtype) for c in chunks])
     ids_cat = None
     if ids_list:

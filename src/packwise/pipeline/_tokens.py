@@ -84,10 +84,13 @@ def _int_list(value, where: str, name: str) -> np.ndarray:
         arr = np.asarray(value, dtype=object)
     if arr.size and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
         flat = list(value) if arr.ndim == 1 else [value]
-        bad = next((v for v in flat if isinstance(v, bool) or not isinstance(v, int)), None)
-        if bad is None:  # Python ints too large for int64
+        missing = object()
+        bad = next((v for v in flat if isinstance(v, bool) or not isinstance(v, int)), missing)
+        if bad is missing:  # Python ints too large for int64
             bad = next(v for v in flat if not -(2**63) <= v < 2**63)
             raise BadRow(where, name, f"contains {bad}, outside int32 token ids [0, {ID_LIMIT})")
+        if bad is None:
+            raise BadRow(where, name, "holds a null token id")
         raise BadRow(where, name, f"contains {bad!r}; expected a flat list of integers")
     return arr.astype(np.int64).reshape(-1)
 
