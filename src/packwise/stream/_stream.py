@@ -67,6 +67,12 @@ class PackingStream(IterableDataset):
             uses aligned lengths.
         **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
 
+    Attributes:
+        stats: samples read, truncated, split and dropped (and their tokens) by *this object's* iterations.
+            Not part of :meth:`state_dict`: after a resume it counts from the window the stream resumes in
+            (that window's samples are read again to rebuild its plan), so sum it over a run's processes only
+            when none resumed mid-window.
+
     Raises:
         ValueError: ``buffer_size < 1``, ``capacity < 1``, an unknown overflow policy or algorithm.
         TypeError: a source that is neither iterable nor callable, or an option the algorithm does not take.
