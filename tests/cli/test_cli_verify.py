@@ -66,6 +66,32 @@ def test_verify_exits_1_when_a_path_is_not_isolated(monkeypatch, capsys):
 
 def test_verify_rejects_bad_numbers(capsys):
     assert main(["verify", "--atol", "-1"]) == 1
-    assert "--atol -1.0: must be >= 0" in capsys.readouterr().err
+    assert "--atol -1.0: must be a finite number >= 0" in capsys.readouterr().err
+    assert main(["verify", "--atol", "inf"]) == 1  # a tolerance that passes anything proves nothing
+    assert "--atol inf: must be a finite number >= 0" in capsys.readouterr().err
     assert main(["verify", "--num-docs", "1"]) == 1
-    assert "at least 2 documents" in capsys.readouterr().err
+    assert "--num-docs 1: a pack needs 2 to 64 documents" in capsys.readouterr().err
+    assert main(["verify", "--num-docs", "100000"]) == 1
+    assert "--num-docs 100000: a pack needs 2 to 64 documents" in capsys.readouterr().err
+    assert main(["verify", "--attn", ","]) == 1
+    assert "--attn ',': no path named; use any of eager, sdpa, flex, packwise" in capsys.readouterr().err
+
+
+def test_verify_data_rows_checked_like_pack(tmp_path, capsys):
+    path = tmp_path / "ids.jsonl"
+    path.write_text('{"input_ids": [1, 2, 3]}\n\n{"input_ids": [999999, 2, 3]}\n{"input_ids": "x"}\n')
+    base = ["verify", "--attn", "sdpa", "--max-tokens", "16", "--no-grads", "--data", str(path)]
+    assert main([*base, "--num-docs", "2"]) == 1  # the model's embedding has 151,665 rows
+    assert (
+        f"{path} line 3: field 'input_ids' has token id 999999 at position 0 outside the vocabulary [0, 151665)"
+        in capsys.readouterr().err
+    )
+    path.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": "x"}\n')
+    assert main([*base, "--num-docs", "2"]) == 1
+    assert f"{path} line 2: field 'input_ids' is str, expected a list of token ids" in capsys.readouterr().err
+    assert main([*base, "--num-docs", "3"]) == 1
+    assert f"--data {path}: need 3 documents (--num-docs), found 2" in capsys.readouterr().err
+    path.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 5, 6, 7]}\n')
+    assert main([*base, "--num-docs", "2", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert (payload["documents"], payload["isolated"]) == ([3, 4], True)

@@ -114,13 +114,38 @@ def test_pretokenized_dataset_with_bad_rows(tmp_path):
     assert (again.input_fingerprint, again.plan_hash) == (report.input_fingerprint, report.plan_hash)
 
 
+def test_pieces_that_keep_nothing_and_a_column_that_starts_mid_input(tmp_path):
+    """200 rows on 2 CPUs are 8 pieces of 25. Rows 0-24 (piece 0) are over capacity: with overflow='drop' that
+    piece sends nothing. Rows 60+ carry a per-token column that rows 0-59 lack: the first good row decides
+    (row 25, without it), so rows 60+ are bad rows in both engines, named and counted alike."""
+    rows = [{"input_ids": list(range(1, (i % 7) + 3 + (40 if i < 25 else 0)))} for i in range(200)]
+    for row in rows[60:]:
+        row["extra"] = [0.5] * len(row["input_ids"])
+    options = {"capacity": 32, "overflow": "drop"}
+    with pytest.raises(ValueError) as local_error:
+        pack_columns(rows, **options)
+    with pytest.raises(ValueError) as ray_error:
+        pack_ray(rows, tmp_path / "ray", **options)
+    assert str(ray_error.value) == str(local_error.value)
+    assert str(ray_error.value).startswith(
+        "list row 60: field 'extra' is a per-token column here but not in the first good row (first good row: [], "
+        "this row: ['extra']; every row needs the same per-token columns); fix the row or pass --skip-bad-rows"
+    )
+    local = local_output(rows, tmp_path / "local", packs_per_shard=5, skip_bad_rows=True, **options)
+    report = pack_ray(rows, tmp_path / "ray", packs_per_shard=5, skip_bad_rows=True, **options)
+    assert (report.rows_skipped, report.samples_dropped, report.sequences_packed) == (140, 25, 35)
+    assert report.skipped_examples[0].endswith("every row needs the same per-token columns)")  # no --skip hint
+    assert metadata(report) == metadata(local)
+    same_files(tmp_path / "ray", tmp_path / "local")
+
+
 GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
 
 
 @pytest.mark.parametrize(
     ("bad_lines", "message"),
     [
-        ({3: '{"messages": ['}, "line 4: malformed JSON (Expecting value: line 2 column 1 (char 15)); fix the row"),
+        ({3: '{"messages": ['}, "line 4: malformed JSON (Expecting value: line 2 column 1 (char 15))"),
         (
             {2: json.dumps({"messages": [{"role": "user", "content": 5}]}), 1500: json.dumps({"messages": []})},
             "line 3: field 'messages[0].content' is int, expected a string",

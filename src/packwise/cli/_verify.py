@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated
 
 import typer
@@ -12,6 +13,7 @@ from ._console import out
 # --attn names -> packwise varlen backends: eager = the additive-mask math, sdpa = SDPA per document,
 # flex = flex_attention with a document BlockMask, packwise = backend "auto".
 ATTN_PATHS = {"eager": "dense", "sdpa": "sdpa", "flex": "flex", "packwise": "auto"}
+MAX_DOCS = 64  # documents per verify run: each runs alone 4 times per path
 
 
 def verify(
@@ -22,7 +24,7 @@ def verify(
         str, typer.Option(help="Comma list of packwise paths: eager,sdpa,flex,packwise")
     ] = "eager,sdpa,flex,packwise",
     data: Annotated[str, typer.Option(help="chitchat | a JSONL file (messages or input_ids)")] = "chitchat",
-    num_docs: Annotated[int, typer.Option(help="Documents packed into one row.")] = 3,
+    num_docs: Annotated[int, typer.Option(help="Documents packed into one row (2-64).")] = 3,
     max_tokens: Annotated[int, typer.Option(help="Truncate each document to this many tokens.")] = 128,
     atol: Annotated[
         float | None, typer.Option(help="Logit/loss tolerance (default 1e-5 tiny, 1e-4 otherwise).")
@@ -45,18 +47,19 @@ def verify(
     from ..hf import use_packed_attention
     from ..verify import TINY, check_equivalence, load_documents, load_model
 
-    paths = [a.strip() for a in attn.split(",") if a.strip()]
+    paths = list(dict.fromkeys(a.strip() for a in attn.split(",") if a.strip()))  # each path once
     unknown = [a for a in paths if a not in ATTN_PATHS]
     if unknown or not paths:
-        raise ValueError(f"--attn {attn!r}: unknown path(s) {unknown}; use any of {', '.join(ATTN_PATHS)}")
-    if atol is not None and not atol >= 0:
-        raise ValueError(f"--atol {atol}: must be >= 0")
-    if not rtol >= 0:
-        raise ValueError(f"--rtol {rtol}: must be >= 0")
-    if not grad_rtol >= 0:
-        raise ValueError(f"--grad-rtol {grad_rtol}: must be >= 0")
-    if num_docs < 2:
-        raise ValueError(f"--num-docs {num_docs}: a pack needs at least 2 documents to test isolation")
+        what = f"unknown path(s) {unknown}" if unknown else "no path named"
+        raise ValueError(f"--attn {attn!r}: {what}; use any of {', '.join(ATTN_PATHS)}")
+    for flag, value in {"--atol": atol, "--rtol": rtol, "--grad-rtol": grad_rtol}.items():
+        if value is not None and not 0 <= value < math.inf:  # inf would pass anything, nan nothing
+            raise ValueError(f"--{flag[2:]} {value}: must be a finite number >= 0")
+    if not 2 <= num_docs <= MAX_DOCS:
+        raise ValueError(
+            f"--num-docs {num_docs}: a pack needs 2 to {MAX_DOCS} documents to test isolation (each one also runs "
+            "alone, per path and setting)"
+        )
     if max_tokens < 2:
         raise ValueError(f"--max-tokens {max_tokens}: must be >= 2")
     tol = atol if atol is not None else (1e-5 if model in TINY else 1e-4)
@@ -66,7 +69,8 @@ def verify(
 
         docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
     else:
-        docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens)
+        vocab = net.get_input_embeddings().num_embeddings
+        docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens, vocab_size=vocab)
     reports = []
     for name in paths:
         use_packed_attention(net, backend=ATTN_PATHS[name])

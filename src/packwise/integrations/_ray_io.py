@@ -68,8 +68,11 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str
     import pyarrow.parquet as pq
 
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="default")
-    footers = [pq.ParquetFile(f).metadata for f in files]
+    try:  # the local reader's message for a file that is not Parquet or files whose columns clash
+        schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="default")
+        footers = [pq.ParquetFile(f).metadata for f in files]
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"input {path} cannot be read as parquet: {e}") from e
     total = sum(m.num_rows for m in footers)
     if total == 0:
         raise ValueError(f"input {path} is empty (no rows)")

@@ -65,7 +65,7 @@ def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
     from ..tokenize import tokenizer_fingerprint, tokenizer_name
 
     stats = {"rows": 0, "skipped": 0, "errors": [], "fatal": None, "too_long": None, "info": None, "digest": 0}
-    stats["images"] = None
+    stats["images"] = stats["first_columns"] = None
     stats |= {"tokens": 0, "loss": 0, "overflow": {}, "lengths": np.zeros(0, np.int32), "columns": {}}
     try:
         raw = _read_piece(tag, data, meta, o["name"], o["kind"])
@@ -78,7 +78,10 @@ def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
         if info and tok is not None:
             stats["info"] = (tokenizer_name(tok), tokenizer_fingerprint(tok, o["template"]))
         if o["kind"] == "tokens":
-            samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=True)
+            samples, skipped = tokens_from_rows(
+                raw, vocab_size=len(tok) if tok else None, skip_bad_rows=True, extra_names=o.get("extra_names")
+            )
+            stats["first_columns"] = sorted(samples.columns) if samples.num_sequences else None
         else:
             samples, skipped = tokenize_rows(
                 raw, tok, loss_on=o["loss_on"], chat_template=o["template"], skip_bad_rows=True, vision=o["vision"]

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..io._read import FORMATS, Format
-from ..io._write import FORMAT, METADATA, check_output_dir, shard_name
+from ..io._read import FORMATS, SKIP_HINT, Format
+from ..io._write import FORMAT, METADATA, check_output_dir, shard_name, temp_dir
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
@@ -132,7 +131,8 @@ def pack_ray(
     out = check_output_dir(output, overwrite=overwrite)
     timings: dict[str, float] = {}
     opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
-    opts |= {"capacity": capacity, "overflow": overflow, "vision": vision}
+    limit = capacity // alignment * alignment  # as pack_columns: the longest sequence that still fits once aligned
+    opts |= {"capacity": limit, "overflow": overflow, "vision": vision}
     with _session(num_cpus, ray_address):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -147,16 +147,25 @@ def pack_ray(
         opts |= {"name": name, "kind": kind, "tokenizer": tokenizer, "rowsum": fingerprint is None}
         task = ray.remote(_tokenize).options(num_returns=2)
         refs = [task.remote(tag, data, meta, opts, i == 0) for i, (tag, data, meta) in enumerate(pieces)]
-        del pieces
         stats = ray.get([s for s, _ in refs])
         samples = [r for _, r in refs]
-        del refs
+        first = next((s["first_columns"] for s in stats if s["first_columns"] is not None), None)
+        again = [i for i, s in enumerate(stats) if s["first_columns"] not in (None, first)]
+        for i, (s, r) in zip(again, [task.remote(*pieces[i], opts | {"extra_names": first}, False) for i in again]):
+            stats[i], samples[i] = ray.get(s), r  # as the local engine: the first good row's columns, for all
+        del pieces, refs
         if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
             fingerprint = f"{sum(s['digest'] for s in stats) % (1 << 64):016x}"
         elif not isinstance(fingerprint, str):
             fingerprint = ray.get(fingerprint)
         skipped, examples = _check(stats, name, skip_bad_rows)
         lengths = np.concatenate([np.zeros(0, np.int32)] + [s["lengths"] for s in stats]).astype(np.int64)
+        if lengths.shape[0] == 0:  # every sample dropped by overflow: pack_columns' message
+            dropped = sum(s["overflow"].get("samples_dropped", 0) for s in stats)
+            raise ValueError(
+                f"{name}: no sequence left to pack ({dropped} of {sum(s['rows'] for s in stats) - skipped} samples "
+                f"dropped by overflow={overflow!r} at capacity {capacity}); raise --capacity or use truncate/split"
+            )
         timings["tokenize"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -164,11 +173,7 @@ def pack_ray(
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))  # as packwise.io._write
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)
+        tmp = temp_dir(out)
         writers: list = []
         try:
             shards = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
@@ -296,7 +301,7 @@ def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
             f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
             "row the same per-token columns, or use the local engine, which skips odd rows with --skip-bad-rows"
         )
-    return skipped, [msg for *_, msg in errors[:5]]
+    return skipped, [msg.removesuffix(f"; {SKIP_HINT}") for *_, msg in errors[:5]]
 
 
 def _assemble(ray, plan: PackPlan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
@@ -312,7 +317,7 @@ def _assemble(ray, plan: PackPlan, stats: list, samples: list, per_shard: int, t
     parts, seq, row = [], 0, 0
     for s, ref in zip(stats, samples):
         n = len(s["lengths"])
-        if ref is not None:
+        if n:  # a piece whose rows were all skipped or dropped sends nothing (its ref holds None)
             out = split.remote(ref, pos[seq : seq + n], seq_bounds, row)
             parts.append([out] if n_groups == 1 else out)
         seq, row = seq + n, row + s["rows"]

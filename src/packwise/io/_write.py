@@ -82,6 +82,21 @@ def _is_packwise_output(path: Path) -> bool:
         return False
 
 
+def temp_dir(out: Path) -> Path:
+    """A new temporary directory next to ``out`` (renamed onto it when complete), with the umask's mode."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise ValueError(
+            f"output {out}: cannot create it in {out.parent} ({e.strerror}); pick a writable directory"
+        ) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
+    return tmp
+
+
 def write_packed(
     out,
     tables: Iterator[pa.Table] | list[pa.Table],
@@ -106,11 +121,7 @@ def write_packed(
     """
     out = check_output_dir(out, overwrite=overwrite)
     out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
+    tmp = temp_dir(out)
     try:
         shards = []
         for i, table in enumerate(tables):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..constants import IGNORE_INDEX
-from ..io._read import Format, RawInput, from_rows, read_input
+from ..io._read import SKIP_HINT, Format, RawInput, from_rows, read_input
 from ..plan import plan_packs
 from ._overflow import Overflow, apply_overflow
 from ._report import PackReport
@@ -169,7 +169,7 @@ def pack_columns(
         metrics=plan.metrics(),
         packwise_version=__version__,
         timings=timings,
-        skipped_examples=[msg for _, msg in skipped[:5]],
+        skipped_examples=[msg.removesuffix(f"; {SKIP_HINT}") for _, msg in skipped[:5]],
         multimodal=images,
         alignment=plan.alignment,
         algorithm_options=dict(algorithm_options or {}),

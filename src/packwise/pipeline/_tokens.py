@@ -30,15 +30,20 @@ def _reserved(names, where: str) -> None:
         )  # fmt: skip
 
 
-def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bool) -> tuple[Samples, list]:
-    """Pre-tokenized rows (``input_ids`` + optional ``labels`` or ``loss_mask`` + per-token columns)."""
+def tokens_from_rows(
+    raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bool, extra_names: list[str] | None = None
+) -> tuple[Samples, list]:
+    """Pre-tokenized rows (``input_ids`` + optional ``labels`` or ``loss_mask`` + per-token columns).
+
+    Every row must carry the per-token columns of the first good row (``extra_names`` when given: the Ray
+    engine passes the first good row of the whole input to the pieces after the first).
+    """
     if raw.table is not None:
         _reserved(raw.table.column_names, raw.name)
         return _tokens_from_table(raw, vocab_size=vocab_size, skip_bad_rows=skip_bad_rows)
     errors = RowErrors(skip_bad_rows, raw)
     per_sample, source = [], []
     extra: dict[str, list[np.ndarray]] = {}
-    extra_names: list[str] | None = None
     for i, row in enumerate(raw.rows):
         if row is None:
             continue
@@ -61,8 +66,7 @@ def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bo
             if extra_names is None:
                 extra_names = names
             elif names != extra_names:
-                missing = sorted(set(extra_names) ^ set(names))
-                raise BadRow(where, missing[0], f"is a per-token column in some rows but not in this one ({names})")
+                _column_mismatch(names, extra_names, where)
             cols = {name: _column(row[name], ids.shape[0], where, name) for name in names}
         except BadRow as e:
             errors.bad(i, e)
@@ -75,7 +79,22 @@ def tokens_from_rows(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bo
     return Samples.from_arrays(per_sample, source, columns), errors.rows
 
 
+def _column_mismatch(names: list[str], first: list[str], where: str):
+    """Every row carries the per-token columns of the first good row."""
+    extra, missing = sorted(set(names) - set(first)), sorted(set(first) - set(names))
+    seen = f"(first good row: {first}, this row: {names}; every row needs the same per-token columns)"
+    if missing:
+        raise BadRow(
+            where,
+            missing[0],
+            f"is a per-token column of the first good row but missing, null or not numbers here {seen}",
+        )
+    raise BadRow(where, extra[0], f"is a per-token column here but not in the first good row {seen}")
+
+
 def _int_list(value, where: str, name: str) -> np.ndarray:
+    if value is None:
+        raise BadRow(where, name, "is missing or null, expected a list of token ids")
     if not isinstance(value, (list, tuple, np.ndarray)):
         raise BadRow(where, name, f"is {type(value).__name__}, expected a list of token ids")
     try:

@@ -203,6 +203,8 @@ def plan_packs(
     multiple = _optional_int("pack_count_multiple", pack_count_multiple, 1)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise TypeError(f"seed must be an integer or None, got {seed!r}")
+    if seed is not None and seed < 0:  # numpy's generators take seeds >= 0 only
+        raise ValueError(f"seed must be >= 0, got {seed}; pass --seed 0 or any non-negative integer")
     alignment = _optional_int("alignment", alignment, 1) or 1
     real = as_lengths(lengths)
     costs = align_lengths(real, alignment)

@@ -93,33 +93,56 @@ def _plain_fp32(model):
     return model
 
 
-def load_documents(data: str, tokenizer, *, num_docs: int, max_tokens: int) -> list[torch.Tensor]:
-    """The first ``num_docs`` documents of ``chitchat`` or a JSONL file (messages or input_ids), tokenized
-    with the tokenizer's chat template (ChatML when it has none) and truncated to ``max_tokens``.
+def load_documents(
+    data: str, tokenizer, *, num_docs: int, max_tokens: int, vocab_size: int | None = None
+) -> list[torch.Tensor]:
+    """The first ``num_docs`` documents of ``chitchat`` or a JSONL file (messages, prompt + completion or
+    input_ids), tokenized with the tokenizer's chat template (ChatML when it has none) and truncated to
+    ``max_tokens``. Rows are checked as ``packwise pack`` checks them (token ids in ``[0, vocab_size)``).
 
     Raises:
-        ValueError: too few usable documents.
+        ValueError: a missing file, a bad row (named by line and field), or fewer than ``num_docs`` documents.
     """
-    from ..tokenize import chatml_template, encode_chats
+    from ..io._read import RawInput, detect_kind
+    from ..pipeline._samples import tokenize_rows
+    from ..pipeline._tokens import tokens_from_rows
+    from ..tokenize import chatml_template
 
     if data == "chitchat":
         from ..pipeline._demo import chitchat_conversations
 
-        rows = [{"messages": c} for c in chitchat_conversations()[:num_docs]]
+        rows, numbers, name = [{"messages": c} for c in chitchat_conversations()[:num_docs]], None, "chitchat"
     else:
         path = Path(data)
-        if not path.exists():
+        if not path.is_file():
             raise ValueError(f"--data {data}: no such file (use chitchat or a JSONL path)")
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:num_docs]
-    docs = []
-    chats = [r["messages"] for r in rows if "messages" in r]
-    template = None if getattr(tokenizer, "chat_template", None) else chatml_template()
-    for ids, _ in encode_chats(chats, tokenizer, chat_template=template) if chats else []:
-        docs.append(torch.from_numpy(ids[:max_tokens]).long())
-    docs += [torch.tensor(r["input_ids"][:max_tokens]) for r in rows if "input_ids" in r]
-    if len(docs) < 2:
-        raise ValueError(f"--data {data}: need at least 2 documents, found {len(docs)}")
-    return docs
+        rows, numbers, name = [], [], str(path)
+        with open(path, encoding="utf-8-sig") as f:
+            for lineno, line in enumerate(f, start=1):
+                if len(rows) == num_docs:
+                    break
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except ValueError as e:
+                        raise ValueError(f"--data {data} line {lineno}: malformed JSON ({e})") from None
+                    if not isinstance(row, dict):
+                        raise ValueError(
+                            f"--data {data} line {lineno}: expected a JSON object, got {type(row).__name__}"
+                        )
+                    rows.append(row)
+                    numbers.append(lineno)
+    if len(rows) < max(num_docs, 2):
+        raise ValueError(f"--data {data}: need {max(num_docs, 2)} documents (--num-docs), found {len(rows)}")
+    raw = RawInput(name=name, kind="tokens", rows=rows, line_numbers=numbers)
+    raw.kind = detect_kind(rows[0].keys(), raw.locate(0))
+    if raw.kind == "tokens":
+        samples, _ = tokens_from_rows(raw, vocab_size=vocab_size, skip_bad_rows=False)
+    else:
+        template = None if getattr(tokenizer, "chat_template", None) else chatml_template()
+        samples, _ = tokenize_rows(raw, tokenizer, loss_on="all", chat_template=template, skip_bad_rows=False)
+    spans = zip(samples.offsets[:-1].tolist(), samples.lengths.tolist())
+    return [torch.from_numpy(samples.ids[a : a + min(n, max_tokens)]).long() for a, n in spans]
 
 
 def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels: int = 112 * 112) -> list[dict]:
