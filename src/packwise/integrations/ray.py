@@ -42,6 +42,8 @@ from ..plan import PackPlan, plan_packs
 from ._ray_io import PIECES_PER_CPU, _source
 from ._ray_workers import MEDIA_TYPES, _split, _tokenize, _write_group
 
+WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
+
 GROUP_BYTES = 2 << 30  # about the most token bytes one writer task holds
 
 
@@ -206,11 +208,12 @@ def pack_ray(
             )  # fmt: skip
             report.check()
             _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
-        except BaseException:
-            for ref in writers:  # stop writers before removing their directory
-                ray.cancel(ref)
-            if writers:
-                ray.wait(writers, num_returns=len(writers), timeout=60)
+        except BaseException as e:
+            # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task
+            # whose reply is in flight aborts the driver process (a fatal check in Ray's TaskManager, seen
+            # with ray 2.60 here). On Ctrl-C nothing waits: the session's shutdown stops the workers.
+            if writers and isinstance(e, Exception):
+                ray.wait(writers, num_returns=len(writers), timeout=WRITER_WAIT_S)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         timings["write"] = time.perf_counter() - t
