@@ -6,7 +6,6 @@ ranges and Parquet into row groups rather than read with Ray Data).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..io._read import SKIP_HINT, RawInput, _digest, detect_format, detect_kind, from_rows
+from ..io._read import RawInput, _digest, detect_format, detect_kind, from_rows, parse_line
 
 PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
 PIECE_ROWS = (16, 100_000)  # rows per task: min, max
@@ -116,17 +115,6 @@ def _dataset_pieces(ds, cpus: int) -> tuple[list, list[str]]:
     return pieces, names
 
 
-def _parse_line(raw: bytes, path: str, lineno: int) -> dict:
-    """One JSONL line, parsed and reported as the local reader does."""
-    try:
-        row = json.loads(raw)
-        if not isinstance(row, dict):
-            raise ValueError(f"expected a JSON object, got {type(row).__name__}")
-    except ValueError as e:
-        raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {SKIP_HINT}") from None
-    return row
-
-
 def _jsonl_kind(path: Path, skip: bool) -> str:
     """The row kind, from the first valid line as the local reader decides it (reads only that far)."""
     bad = 0
@@ -135,7 +123,7 @@ def _jsonl_kind(path: Path, skip: bool) -> str:
             if not raw.strip():
                 continue
             try:
-                row = _parse_line(raw, str(path), lineno)
+                row = parse_line(raw, str(path), lineno)
             except ValueError:
                 if not skip:
                     raise
@@ -199,7 +187,7 @@ def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
     for k, raw in enumerate(lines):
         if raw.strip():  # the local reader sees each line with its newline: same JSON error positions
             try:
-                rows.append(_parse_line(raw + b"\n" if k < len(lines) - 1 else raw, name, first + k))
+                rows.append(parse_line(raw + b"\n" if k < len(lines) - 1 else raw, name, first + k))
             except ValueError as e:
                 errors.append((len(rows), str(e)))
                 rows.append(None)

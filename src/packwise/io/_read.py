@@ -155,6 +155,17 @@ def _read_arrow(path: Path) -> pa.Table:
             return pa.ipc.open_file(source).read_all()
 
 
+def parse_line(raw: bytes, path, lineno: int, *, hint: str = SKIP_HINT) -> dict:
+    """One JSONL line as a dict; ``ValueError`` naming the file, line and JSON error, then ``hint``."""
+    try:
+        row = json.loads(raw)
+        if not isinstance(row, dict):
+            raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    except ValueError as e:
+        raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {hint}") from None
+    return row
+
+
 def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:
     rows: list = []
     lines: list[int] = []
@@ -166,14 +177,11 @@ def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
-                if not isinstance(row, dict):
-                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+                row = parse_line(raw, path, lineno)
             except ValueError as e:
-                msg = f"{path} line {lineno}: malformed JSON ({e}); {SKIP_HINT}"
                 if not skip_bad_rows:
-                    raise ValueError(msg) from None
-                errors.append((len(rows), msg))
+                    raise
+                errors.append((len(rows), str(e)))
                 row = None
             rows.append(row)
             lines.append(lineno)

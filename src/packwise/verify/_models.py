@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -103,7 +102,7 @@ def load_documents(
     Raises:
         ValueError: a missing file, a bad row (named by line and field), or fewer than ``num_docs`` documents.
     """
-    from ..io._read import RawInput, detect_kind
+    from ..io._read import RawInput, detect_kind, parse_line
     from ..pipeline._samples import tokenize_rows
     from ..pipeline._tokens import tokens_from_rows
     from ..tokenize import chatml_template
@@ -117,20 +116,12 @@ def load_documents(
         if not path.is_file():
             raise ValueError(f"--data {data}: no such file (use chitchat or a JSONL path)")
         rows, numbers, name = [], [], str(path)
-        with open(path, encoding="utf-8-sig") as f:
+        with open(path, "rb") as f:
             for lineno, line in enumerate(f, start=1):
                 if len(rows) == num_docs:
                     break
                 if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except ValueError as e:
-                        raise ValueError(f"--data {data} line {lineno}: malformed JSON ({e})") from None
-                    if not isinstance(row, dict):
-                        raise ValueError(
-                            f"--data {data} line {lineno}: expected a JSON object, got {type(row).__name__}"
-                        )
-                    rows.append(row)
+                    rows.append(parse_line(line, path, lineno, hint="fix the row or pass another --data file"))
                     numbers.append(lineno)
     if len(rows) < max(num_docs, 2):
         raise ValueError(f"--data {data}: need {max(num_docs, 2)} documents (--num-docs), found {len(rows)}")
