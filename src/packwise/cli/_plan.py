@@ -58,7 +58,7 @@ def plan(
     else:
         table = plan_table(source, result)
         if from_path is not None:  # seq_lengths are what was packed: after truncate/split/drop at pack time
-            table.caption += "\n--from: lengths as packed (after the pack step's overflow handling), not as read"
+            table.caption += "\n--from: lengths as packed (after the pack step's overflow handling), in input order"
         if out.is_terminal:
             out.print(table)
         else:  # piped: rich would assume 80 columns and cut the names; print at the table's natural width

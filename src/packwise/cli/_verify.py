@@ -126,7 +126,8 @@ def _table(model: str, docs, reports, raw_reports):
 
     sizes = [int((d["input_ids"] if isinstance(d, dict) else d).numel()) for d in docs]
     t = Table(title=f"packwise verify — {model}, documents of {sizes} tokens packed")
-    t.caption = "HF (raw) = plain transformers path with position ids only and default settings (use_cache on)"
+    if raw_reports:
+        t.caption = "HF (raw) = plain transformers path with position ids only and default settings (use_cache on)"
     for col in ("path", "cache", "mode", "|Δlogit|", "|Δloss|", "Δgrad", "perturb", "result"):
         t.add_column(col, no_wrap=True)
     for r in [*reports, *raw_reports]:

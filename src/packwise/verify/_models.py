@@ -145,7 +145,11 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
     import tempfile
 
     from PIL import Image
-    from skimage import data as samples
+
+    try:
+        from skimage import data as samples
+    except ImportError:
+        raise ValueError("the image documents are scikit-image sample photos: pip install 'packwise[images]'") from None
 
     from ..io._read import RawInput
     from ..multimodal import VisionSpec, process_images
