@@ -24,9 +24,19 @@ def as_tensor(value, name: str, index: int) -> torch.Tensor:
         return value
     if isinstance(value, (np.ndarray, list, tuple)):
         try:
-            return torch.as_tensor(np.asarray(value))
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"sequence {index}: column {name!r} cannot become a tensor: {e}") from e
+            arr = np.asarray(value)
+        except (TypeError, ValueError, OverflowError) as e:
+            what = "is ragged (nested lists of different lengths)" if "inhomogeneous" in str(e) else f"is not numeric ({e})"
+            raise TypeError(
+                f"sequence {index}: column {name!r} {what}; expected one number per token (L,) or (L, ...) of equal rows"
+            ) from None
+        if arr.dtype.kind not in "biuf":
+            bad = next((v for v in arr.reshape(-1).tolist() if not isinstance(v, (bool, int, float))), arr.dtype)
+            raise TypeError(
+                f"sequence {index}: column {name!r} holds {bad!r} ({arr.dtype}); per-token columns hold numbers "
+                "(token ids are integers)"
+            )
+        return torch.as_tensor(arr)
     raise TypeError(f"sequence {index}: column {name!r} is {type(value).__name__}, expected a tensor or array")
 
 
@@ -114,6 +124,8 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 lab = as_tensor(lab, "labels", i)
             if lab.dim() != 1:
                 lab = lab.reshape(-1)
+            if lab.dtype in _NOT_IDS and lab.numel():
+                raise TypeError(f"sequence {i}: labels has dtype {lab.dtype}; labels are token ids or -100 (integers)")
         if ids is None:
             ref = lab
             if ref is None:
@@ -123,9 +135,19 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             raise ValueError(f"sequence {i} is empty (0 tokens); drop empty sequences before assembling")
         if device is None:
             device = ref.device
+        elif ref.device != device:
+            raise ValueError(
+                f"sequence {i}: its tensors are on {ref.device} but sequence 0's are on {device}; move every "
+                "sequence of a pack to one device (or keep them on the CPU and let the DataLoader pin them)"
+            )
         if lab is not None and lab.shape[0] != length:
             raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
-        mask = seq.get("loss_mask") if lab is None else None
+        mask = seq.get("loss_mask")
+        if mask is not None and lab is not None:
+            raise ValueError(
+                f"sequence {i}: 'loss_mask' is given together with 'labels' (ambiguous: which one says where the loss "
+                "is?); keep one of them — labels say more: labels[loss_mask == 0] = -100, then drop loss_mask"
+            )
         if mask is not None:
             mask = (mask if isinstance(mask, Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
             if mask.shape[0] != length:
@@ -137,6 +159,8 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
         pos = seq.get("position_ids")
         if pos is not None:
             pos = pos if isinstance(pos, Tensor) else as_tensor(pos, "position_ids", i)
+            if pos.dtype in _NOT_IDS and pos.numel():
+                raise TypeError(f"sequence {i}: position_ids has dtype {pos.dtype}; positions are integers")
             if pos.dim() == 2 and pos.shape[0] == 1:
                 pos = pos[0]
             if pos.dim() not in (1, 2) or pos.shape[-1] != length or (pos.dim() == 2 and pos.shape[0] != 3):
@@ -187,3 +211,61 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             ids_cat = ids_cat.to(device=device, dtype=torch.int64)
     media_cat = {k: torch.cat([t.to(device) for t in v]) for k, v in media.items()}
     return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat)
+
+
+def validate_values(cols: _Columns, *, vocab_size: int | None = None, label_pad_id: int = -100) -> None:
+    """Check token values once per column, vectorised over the whole pack (no per-token Python work).
+
+    - ``input_ids`` in ``[0, vocab_size)`` (``[0, 2**63)`` without a vocabulary size);
+    - given ``labels``: ``-100``, ``label_pad_id`` or a token id in the same range;
+    - given ``loss_mask``: only 0/1 (booleans, integers or floats equal to 0 or 1).
+
+    The same rules as ``packwise pack`` applies to pre-tokenized rows (``pipeline/_tokens.py``).
+
+    Raises:
+        ValueError: naming the sequence, the position in it, the value, the limit and the fix.
+    """
+    lengths = cols.lengths
+    if cols.ids is not None and cols.ids.numel():
+        lo, hi = torch.aminmax(cols.ids)
+        if int(lo) < 0 or (vocab_size is not None and int(hi) >= vocab_size):
+            limit = f"the vocabulary [0, {vocab_size})" if vocab_size is not None else "token ids >= 0"
+            bad = (cols.ids < 0) if vocab_size is None else ((cols.ids < 0) | (cols.ids >= vocab_size))
+            seq, pos, value = _locate(bad, lengths, cols.ids)
+            raise ValueError(
+                f"sequence {seq}: input_ids has {value} at position {pos}, outside {limit}; re-tokenize with the "
+                "tokenizer the model uses (pad ids are added by assemble_pack, never passed in)"
+            )
+    given = [lab for lab in cols.labels if lab is not None]
+    if given:
+        labels = torch.cat(given) if len(given) > 1 else given[0]
+        ok = (labels >= 0) if vocab_size is None else ((labels >= 0) & (labels < vocab_size))
+        ok |= (labels == -100) | (labels == label_pad_id)
+        if not bool(ok.all()):
+            owners = [j for j, lab in enumerate(cols.labels) if lab is not None]
+            seq, pos, value = _locate(~ok, [lengths[j] for j in owners], labels)
+            raise ValueError(
+                f"sequence {owners[seq]}: labels has {value} at position {pos}, neither -100 (no loss) nor a token id"
+                f"{f' in [0, {vocab_size})' if vocab_size is not None else ''}; use -100 for tokens without loss"
+            )
+    masks = [m for m in cols.masks if m is not None]
+    if masks:
+        mask = torch.cat(masks) if len(masks) > 1 else masks[0]
+        if mask.dtype != torch.bool:
+            bad = (mask != 0) & (mask != 1)
+            if bool(bad.any()):
+                owners = [j for j, m in enumerate(cols.masks) if m is not None]
+                seq, pos, value = _locate(bad, [lengths[j] for j in owners], mask)
+                raise ValueError(
+                    f"sequence {owners[seq]}: loss_mask has {value} at position {pos}; a loss mask holds only 0/1 "
+                    "(or booleans) — for per-token loss weights use labels plus a weight column"
+                )
+
+
+def _locate(bad: torch.Tensor, lengths: list[int], values: torch.Tensor) -> tuple[int, int, object]:
+    """``(sequence, position in it, value)`` of the first True of ``bad`` over concatenated sequences."""
+    first = int(torch.nonzero(bad.reshape(-1))[0])
+    ends = np.cumsum(lengths)
+    seq = int(np.searchsorted(ends, first, side="right"))
+    start = int(ends[seq - 1]) if seq else 0
+    return seq, first - start, values.reshape(-1)[first].item()

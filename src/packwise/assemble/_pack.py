@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
-from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor  # noqa: F401  (re-exported)
+from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, validate_values  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,6 +133,7 @@ def assemble_pack(
     pad_values: Mapping[str, float] | None = None,
     labels_shifted: bool = False,
     position_offset: int = 0,
+    vocab_size: int | None = None,
 ) -> PackedSequence:
     """Concatenate sequences into one THD pack (the plan decided membership; this only executes it).
 
@@ -150,14 +151,17 @@ def assemble_pack(
         labels_shifted: labels already aligned with the prediction (Megatron: ``labels[t]`` is the target
             of position ``t``); without labels the targets are the next tokens.
         position_offset: first position of every sequence (2 for RoBERTa-style models).
+        vocab_size: when given, every input id and label must be below it.
 
     Returns:
         A :class:`PackedSequence`. Without labels or loss mask, every token is a target.
 
     Raises:
         ValueError: an empty sequence, a column whose length differs from ``input_ids``, aligned total >
-            ``pad_to``, ``alignment < 1`` — naming the sequence index, column and numbers.
-        TypeError: a column that cannot become a tensor.
+            ``pad_to``, ``alignment < 1``, a negative id (or one >= ``vocab_size``), a label that is neither
+            -100 nor a token id, a ``loss_mask`` value other than 0/1, ``labels`` and ``loss_mask`` both
+            given (ambiguous), tensors on different devices — naming the sequence index, column and numbers.
+        TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions.
 
     Example:
         >>> p = assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}])
@@ -172,6 +176,7 @@ def assemble_pack(
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     cols = _collect(sequences)
+    validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id)
     lengths = np.asarray(cols.lengths, dtype=np.int64)
     n = lengths.shape[0]
     real_total = sum(cols.lengths)
