@@ -158,13 +158,33 @@ class PackingStream(IterableDataset):
             raise ValueError(f"not a PackingStream state: {state!r} ({e})") from e
         if min(epoch, window, pack) < 0:
             raise ValueError(f"not a PackingStream state: {state!r} (epoch, window and pack must be >= 0)")
+        n = self._map_size()
+        if n is not None:
+            self._check_position(state, window, pack, -(-n // self.buffer_size), f"{n} samples")
         self.epoch, self._next = epoch, (window, pack)
+
+    def _map_size(self) -> int | None:
+        src = self.source
+        if hasattr(src, "__len__") and hasattr(src, "__getitem__") and not isinstance(src, (str, bytes, Mapping)):
+            return len(src)
+        return None
+
+    def _check_position(self, state, window: int, pack: int, windows: int, size: str) -> None:
+        """A restored position must lie inside the epoch: window ``< windows``, or exactly the end
+        (``windows, 0``: the epoch was finished)."""
+        if window > windows or (window == windows and pack > 0):
+            raise ValueError(
+                f"the restored state {dict(state)!r} points at window {window}, but the source has {size} = "
+                f"{windows} windows of buffer_size {self.buffer_size}; the state is from another stream or dataset "
+                "(source, buffer_size or seed differ) — restore the matching state or start the epoch with set_epoch"
+            )
 
     # -- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         start_window, start_pack = self._next
+        self._seen = None  # (windows, samples) of a plain iterable, once read to its end
         for window, position, samples, last in self._windows(worker, workers, start_window):
             if self.drop_last and last and len(samples) < self.buffer_size:
                 self.stats["dropped_last"] += len(samples)
@@ -183,6 +203,10 @@ class PackingStream(IterableDataset):
             for k in range(first, len(groups)):
                 self._next = (window, k + 1) if k + 1 < len(groups) else (window + 1, 0)
                 yield self._emit(groups[k], window, k, len(groups))
+        if self._seen is not None and (start_window, start_pack) != (0, 0):  # a plain iterable: its size is now known
+            state = {"epoch": self.epoch, "window": start_window, "pack": start_pack}
+            windows, samples = self._seen
+            self._check_position(state, start_window, start_pack, windows, f"{samples} samples (read this epoch)")
 
     def _empty(self, window: int) -> Iterator:
         """Tell a PackingLoader that a window produced no pack (plain iteration skips it silently)."""
@@ -195,7 +219,15 @@ class PackingStream(IterableDataset):
         if not self.assemble:
             return group
         seqs = [{**s, POSITION: tag} for s in group]
-        return assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+        pack = assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+        used = int(pack.cu_seqlens_padded[-1])
+        if used > self.capacity:  # only a length_fn that under-reports samples without input_ids gets here
+            raise ValueError(
+                f"pack {k} of window {window} holds {used} tokens > capacity {self.capacity} (sequence lengths "
+                f"{pack.lengths.tolist()}); length_fn under-reports these samples' tokens — make it return at least "
+                "the tokens each sample places"
+            )
+        return pack
 
     def _source_iter(self) -> Iterable:
         src = self.source() if callable(self.source) and not isinstance(self.source, Iterable) else self.source
@@ -239,11 +271,13 @@ class PackingStream(IterableDataset):
             except Exception as e:
                 raise StreamSourceError(position, e) from e
             if not samples:
+                self._seen = (window, position)
                 return
             last = len(samples) < size
             if window >= start_window and window % workers == worker:
                 yield window, first, samples, last
             if last:
+                self._seen = (window + 1, position)
                 return
             window += 1
 
@@ -259,6 +293,8 @@ class PackingStream(IterableDataset):
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
             raise ValueError(f"sample {base + j} has {int(lengths[j])} tokens; every sample needs at least one")
+        if self.length_fn is not None:
+            self._check_reported(samples, lengths, base)
         kept = samples
         if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
             kept, new_lengths = [], []
@@ -278,6 +314,20 @@ class PackingStream(IterableDataset):
         order, offsets = plan.order.tolist(), plan.offsets.tolist()
         perm = np.random.default_rng(order_seed).permutation(plan.num_packs).tolist()
         return [[kept[i] for i in order[offsets[p] : offsets[p + 1]]] for p in perm]
+
+    def _check_reported(self, samples: list[Mapping], reported: np.ndarray, base: int) -> None:
+        """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""
+        actual = np.fromiter(
+            (len(ids) if (ids := _ids(s)) is not None else -1 for s in samples), np.int64, len(samples)
+        )
+        under = np.flatnonzero(actual > reported)
+        if under.size:
+            j = int(under[0])
+            raise ValueError(
+                f"sample {base + j}: length_fn says {int(reported[j])} tokens but its input_ids hold {int(actual[j])}; "
+                f"packs planned on it would exceed capacity {self.capacity} — length_fn must return at least the "
+                "tokens assemble_pack will place (len(sample['input_ids']) after any transform)"
+            )
 
     def _length(self, sample: Mapping, index: int) -> int:
         if self.length_fn is not None:
@@ -318,6 +368,11 @@ class PackingStream(IterableDataset):
             return [_slice(sample, 0, cap, n)]
         self.stats["split"] += 1
         return [_slice(sample, a, min(a + cap, n), n) for a in range(0, n, cap)]
+
+
+def _ids(sample):
+    """A sample's ``input_ids`` when it is a mapping holding them (else None)."""
+    return sample.get("input_ids") if isinstance(sample, Mapping) else None
 
 
 def _slice(sample: Mapping, a: int, b: int, n: int) -> dict[str, Any]:
