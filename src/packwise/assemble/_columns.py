@@ -28,13 +28,14 @@ def as_tensor(value, name: str, index: int) -> torch.Tensor:
         except (TypeError, ValueError, OverflowError) as e:
             what = "is ragged (nested lists of different lengths)" if "inhomogeneous" in str(e) else f"is not numeric ({e})"
             raise TypeError(
-                f"sequence {index}: column {name!r} {what}; expected one number per token (L,) or (L, ...) of equal rows"
+                f"sequence {index}: column {name!r} cannot become a tensor: it {what}; expected one number per token "
+                "(L,) or (L, ...) of equal rows"
             ) from None
         if arr.dtype.kind not in "biuf":
             bad = next((v for v in arr.reshape(-1).tolist() if not isinstance(v, (bool, int, float))), arr.dtype)
             raise TypeError(
-                f"sequence {index}: column {name!r} holds {bad!r} ({arr.dtype}); per-token columns hold numbers "
-                "(token ids are integers)"
+                f"sequence {index}: column {name!r} cannot become a tensor: it holds {bad!r} ({arr.dtype}); "
+                "per-token columns hold numbers (token ids are integers)"
             )
         return torch.as_tensor(arr)
     raise TypeError(f"sequence {index}: column {name!r} is {type(value).__name__}, expected a tensor or array")
@@ -248,6 +249,14 @@ def validate_values(cols: _Columns, *, vocab_size: int | None = None, label_pad_
                 f"sequence {owners[seq]}: labels has {value} at position {pos}, neither -100 (no loss) nor a token id"
                 f"{f' in [0, {vocab_size})' if vocab_size is not None else ''}; use -100 for tokens without loss"
             )
+    pad = cols.extra.get("attention_mask")
+    if pad is not None and not bool((pad == 1).all()):
+        seq, pos, value = _locate(pad != 1, lengths, pad)
+        raise ValueError(
+            f"sequence {seq}: attention_mask has {value} at position {pos}: padded sequences would be packed pads and "
+            "all; pass unpadded sequences (input_ids[attention_mask == 1]) — PackedDataCollator and pack_dataset "
+            "strip left/right padding for you"
+        )
     masks = [m for m in cols.masks if m is not None]
     if masks:
         mask = torch.cat(masks) if len(masks) > 1 else masks[0]

@@ -25,24 +25,45 @@ HF_KEYS = ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq_lens_
 
 
 def _sequences(feature: Mapping, index: int) -> list[dict]:
-    """One feature -> its sequences: split by ``seq_lengths`` (a packed row) or the whole row."""
+    """One feature -> its sequences: split by ``seq_lengths`` (a packed row) or the whole row.
+
+    Padding (``attention_mask`` 0s around one contiguous run of 1s: left or right padding) is stripped, as
+    ``pack_dataset`` does on read (:func:`packwise.pipeline._tokens.real_span`); 0s between real tokens are
+    refused."""
+    if not isinstance(feature, Mapping):
+        raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
     if "input_ids" not in feature:
         raise ValueError(f"feature {index} has no 'input_ids' (keys: {sorted(feature)})")
-    mask = feature.get("attention_mask")
-    if mask is not None and not bool(np.all(np.asarray(mask) == 1)):
-        raise ValueError(
-            f"feature {index} has padding (attention_mask with zeros); PackedDataCollator takes unpadded rows — "
-            "remove the padding (or the attention_mask column) before packing"
-        )
-    ids = np.asarray(feature["input_ids"], dtype=np.int64).reshape(-1)
     keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
-    cols = {k: np.asarray(v) for k, v in feature.items() if k in keep and v is not None}
+    cols = {k: _array(v, k, index) for k, v in feature.items() if k in keep and v is not None}
+    ids = cols["input_ids"].reshape(-1)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"feature {index}: input_ids has dtype {ids.dtype}; token ids are integers")
+    mask, span = feature.get("attention_mask"), None
+    if mask is not None:
+        from ..pipeline._tokens import real_span
+
+        m = _array(mask, "attention_mask", index).reshape(-1)
+        if m.shape[0] != ids.shape[0]:
+            raise ValueError(f"feature {index}: attention_mask has {m.shape[0]} values but input_ids has {ids.shape[0]}")
+        a, b = real_span(m, f"feature {index}")
+        if b - a != ids.shape[0]:
+            if feature.get("seq_lengths") is not None:
+                raise ValueError(
+                    f"feature {index} is a packed row (seq_lengths) with padding in its attention_mask; packed rows "
+                    "carry no padding — drop the attention_mask column"
+                )
+            cols = {k: v[a:b] for k, v in cols.items()}
+            ids = cols["input_ids"].reshape(-1)
+            span = (a, b)
     lengths = feature.get("seq_lengths")
     if lengths is None:
         seq = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in cols.items()}
         for k in ("position_ids", *MEDIA_KEYS):
             if feature.get(k) is not None:
                 seq[k] = torch.as_tensor(feature[k])
+        if span is not None and "position_ids" in seq:
+            seq["position_ids"] = seq["position_ids"][..., span[0] : span[1]]
         return [seq]
     lengths = np.asarray(lengths, dtype=np.int64)
     if int(lengths.sum()) != ids.shape[0] or (lengths < 1).any():
@@ -52,6 +73,24 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     cuts = np.cumsum(lengths)[:-1]
     parts = {k: np.split(v, cuts) for k, v in cols.items()}
     return [{k: torch.from_numpy(np.ascontiguousarray(p[i])) for k, p in parts.items()} for i in range(len(lengths))]
+
+
+def _array(value, name: str, index: int) -> np.ndarray:
+    """A feature column as a numeric numpy array, or a TypeError naming the feature, column and value."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        what = "is ragged (nested lists of different lengths)" if "inhomogeneous" in str(e) else f"is not numeric ({e})"
+        raise TypeError(f"feature {index}: {name} {what}; expected one number per token") from None
+    if arr.dtype.kind not in "biuf":
+        bad = next((v for v in arr.reshape(-1).tolist() if not isinstance(v, (bool, int, float))), arr.dtype)
+        raise TypeError(
+            f"feature {index}: {name} holds {bad!r} ({arr.dtype}); token ids are integers — tokenize the text "
+            "first (tokenizer(text)['input_ids'])"
+        )
+    return arr
 
 
 class PackedDataCollator:

@@ -95,6 +95,7 @@ def pack_columns(
     # HF shifts labels inside the loss, so a sample's first label is never a target: normalise it to -100
     # and count only real targets as loss tokens.
     samples.labels[samples.offsets[:-1]] = IGNORE_INDEX
+    pads_removed = samples.pad_tokens_removed  # padding stripped on read: never part of tokens_read
     tokens_read = samples.num_tokens
     loss_read = int((samples.labels != IGNORE_INDEX).sum())
 
@@ -173,6 +174,7 @@ def pack_columns(
         multimodal=images,
         alignment=plan.alignment,
         algorithm_options=dict(algorithm_options or {}),
+        pad_tokens_removed=pads_removed,
     )
     report.check()
     return packed, report

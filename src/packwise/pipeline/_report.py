@@ -17,7 +17,8 @@ class PackReport:
     + loss_tokens_masked_at_boundary``. A loss token is masked at a boundary when it starts a packed
     sequence (the first piece of a split sample keeps its loss; later pieces lose their first target).
     Loss tokens are *targets*: labels != -100 after a sample's first token (HF shifts labels, so a sample's
-    first label is never a target and is normalised to -100 on read).
+    first label is never a target and is normalised to -100 on read). ``pad_tokens_removed``: padding
+    (``attention_mask == 0``) stripped from pre-tokenized rows before anything is counted as read.
     """
 
     input: str
@@ -55,6 +56,7 @@ class PackReport:
     multimodal: dict | None = None  # VisionSpec fields + images_packed / images_dropped, for data with images
     alignment: int = 1  # sequences were planned at lengths rounded up to this multiple
     algorithm_options: dict = field(default_factory=dict)
+    pad_tokens_removed: int = 0
 
     def to_dict(self) -> dict:
         """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""

@@ -25,6 +25,7 @@ class Samples:
         columns: other per-token columns, each ``(T,)``.
         media: per sequence, its images ``[(absolute path, (t, h, w)), ...]`` in text order (None when
             the data has no images).
+        pad_tokens_removed: padding tokens (``attention_mask == 0``) stripped from pre-tokenized rows on read.
     """
 
     ids: np.ndarray
@@ -33,6 +34,7 @@ class Samples:
     source: np.ndarray
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     media: list | None = None
+    pad_tokens_removed: int = 0
 
     @property
     def lengths(self) -> np.ndarray:

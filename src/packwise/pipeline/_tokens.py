@@ -3,6 +3,13 @@ row by row (JSONL, in-memory) or column by column (Parquet, HF directories).
 
 Ids and labels are stored as int32: a token id must be in ``[0, 2**31)`` (``[0, vocab)`` with a
 tokenizer) and a label must be -100 or a token id — anything else is a bad row, never a silent wrap.
+
+Padded rows: an ``attention_mask`` column says which tokens are real (HF convention). Its 1s must form one
+contiguous run (left padding, right padding or both); the 0s around it are padding and are stripped on read
+(counted as ``pad_tokens_removed`` in the report), and the column itself is not carried into the packs (it
+would be all ones). A mask with 0s *between* real tokens is not padding and is a bad row — unpadded, the
+model would have seen exactly the run of 1s, so that is what gets packed; anything else would be a guess.
+``PackedDataCollator`` applies the same rule (:func:`real_span`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,35 @@ RESERVED = ("input_ids", "labels", "loss_mask")
 #: Columns packwise writes; an input holding them is probably packed already and would be corrupted.
 OUTPUT_COLUMNS = ("seq_lengths", "source_index", "image_paths", "image_grid_thw", "images_per_sequence")
 ID_LIMIT = 2**31
+#: HF's padding column: 1 = real token, 0 = padding (stripped on read, see the module docstring).
+PAD_MASK = "attention_mask"
+
+
+def real_span(mask, where: str, field: str = PAD_MASK) -> tuple[int, int]:
+    """``(start, end)`` of the one contiguous run of 1s of an ``attention_mask`` (the real tokens).
+
+    Raises:
+        BadRow: values other than 0/1, no 1 at all, or 0s between 1s (not left/right padding).
+
+    Example:
+        >>> real_span([0, 0, 1, 1, 1], "row 0"), real_span([1, 1, 0], "row 1")
+        ((2, 5), (0, 2))
+    """
+    m = np.asarray(mask).reshape(-1)
+    if m.dtype.kind not in "biuf" or not np.isin(m, (0, 1)).all():
+        raise BadRow(where, field, "must hold only 0/1 (1 = real token, 0 = padding)", "fix or drop the column")
+    ones = np.flatnonzero(m)
+    if ones.size == 0:
+        raise BadRow(where, field, "is all zeros (no real token)", "drop the row or fix its attention_mask")
+    start, end = int(ones[0]), int(ones[-1]) + 1
+    if ones.size != end - start:
+        gap = int(np.flatnonzero(m[start:end] == 0)[0]) + start
+        raise BadRow(
+            where, field, f"has a 0 at position {gap} between real tokens ({start}..{end - 1}): not left or right "
+            "padding, so which tokens are real is ambiguous",
+            "remove the masked tokens yourself (packwise strips only contiguous padding) or drop the column",
+        )  # fmt: skip
+    return start, end
 
 
 def _reserved(names, where: str) -> None:
@@ -44,6 +80,7 @@ def tokens_from_rows(
     errors = RowErrors(skip_bad_rows, raw)
     per_sample, source = [], []
     extra: dict[str, list[np.ndarray]] = {}
+    pads = 0
     for i, row in enumerate(raw.rows):
         if row is None:
             continue
@@ -60,7 +97,6 @@ def tokens_from_rows(
             ids = _int_list(row.get("input_ids"), where, "input_ids")
             if ids.shape[0] == 0:
                 raise BadRow(where, "input_ids", "is empty")
-            _check_vocab(ids, vocab_size, where)
             labels = _labels(row, ids, where)
             names = sorted(k for k, v in row.items() if k not in RESERVED and _is_numeric_list(v))
             if extra_names is None:
@@ -68,15 +104,24 @@ def tokens_from_rows(
             elif names != extra_names:
                 _column_mismatch(names, extra_names, where)
             cols = {name: _column(row[name], ids.shape[0], where, name) for name in names}
+            removed = 0
+            if PAD_MASK in cols:
+                a, b = real_span(cols.pop(PAD_MASK), where)
+                removed = ids.shape[0] - (b - a)
+                ids, labels, cols = ids[a:b], labels[a:b], {k: v[a:b] for k, v in cols.items()}
+            _check_vocab(ids, vocab_size, where)
         except BadRow as e:
             errors.bad(i, e)
             continue
+        pads += removed
         per_sample.append((ids, labels))
         source.append(i)
         for name, arr in cols.items():
             extra.setdefault(name, []).append(arr)
     columns = {k: np.concatenate(v) for k, v in extra.items()}
-    return Samples.from_arrays(per_sample, source, columns), errors.rows
+    samples = Samples.from_arrays(per_sample, source, columns)
+    samples.pad_tokens_removed = pads
+    return samples, errors.rows
 
 
 def _column_mismatch(names: list[str], first: list[str], where: str):
@@ -282,8 +327,17 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         )
         flag(np.flatnonzero(col_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
         columns[name] = _aligned(values, col_len, lengths)
+    real = None
+    if PAD_MASK in columns:
+        real = _strip_padding(columns.pop(PAD_MASK), lengths, starts, flag, raw)
     token_keep = np.repeat(keep, lengths)
     kept_lengths = lengths[keep]
+    pads = 0
+    if real is not None:
+        token_keep &= real
+        real_lengths = np.bincount(np.repeat(np.arange(n), lengths)[real], minlength=n)
+        pads = int((lengths - real_lengths)[keep].sum())
+        kept_lengths = real_lengths[keep]
     offsets = np.zeros(kept_lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(kept_lengths, out=offsets[1:])
     samples = Samples(
@@ -292,8 +346,37 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         offsets=offsets,
         source=np.flatnonzero(keep).astype(np.int64),
         columns={k: v[token_keep] for k, v in columns.items()},
+        pad_tokens_removed=pads,
     )
     return samples, errors.rows
+
+
+def _strip_padding(mask: np.ndarray, lengths: np.ndarray, starts: np.ndarray, flag, raw: RawInput) -> np.ndarray:
+    """``(T,)`` bool real tokens of every row's ``attention_mask`` (flat, laid out like input_ids); rows whose
+    mask is not one contiguous run of 1s are flagged (as :func:`real_span` words it)."""
+    n = lengths.shape[0]
+    row = np.repeat(np.arange(n), lengths)
+    ones = mask == 1
+    bad = np.zeros(n, dtype=bool)
+    bad[row[~np.isin(mask, (0, 1))]] = True
+    count = np.bincount(row[ones], minlength=n)
+    pos = np.arange(mask.shape[0]) - starts[:-1][row]
+    rows_with, first_at = np.unique(row[ones], return_index=True)
+    span = np.zeros(n, dtype=np.int64)
+    pos_ones = pos[ones]
+    span[rows_with] = pos_ones[first_at + count[rows_with] - 1] - pos_ones[first_at] + 1
+    bad |= (count == 0) | (span != count)
+    bad &= lengths > 0
+
+    def make(r):
+        try:
+            real_span(mask[starts[r] : starts[r + 1]], raw.locate(r))
+        except BadRow as e:
+            return e
+        raise AssertionError  # pragma: no cover
+
+    flag(np.flatnonzero(bad), make)
+    return ones
 
 
 def _length_error(raw: RawInput, row: int, name: str, got: int, want: int) -> BadRow:
