@@ -85,11 +85,14 @@ def _chat(row: dict, key: str, where: str) -> list[dict]:
         raise BadRow(where, key, "is missing")
     if not isinstance(msgs, list) or not msgs:
         raise BadRow(where, key, "is empty" if isinstance(msgs, list) else f"is a {type(msgs).__name__}, not a list")
+    msgs = list(msgs)
     for j, m in enumerate(msgs):
         if not isinstance(m, dict):
             raise BadRow(where, f"{key}[{j}]", f"is a {type(m).__name__}, expected an object with role and content")
         if m.get("role") not in ROLES:
             raise BadRow(where, f"{key}[{j}].role", f"= {m.get('role')!r} is not one of {', '.join(ROLES)}")
+        if m.get("tool_calls") or m.get("function_call"):  # null / [] (a Parquet struct's unused field) is none
+            m = msgs[j] = _tool_calls(m, f"{key}[{j}]", where)
         if isinstance(m.get("content"), str):
             try:
                 m["content"].encode("utf-8")
@@ -104,6 +107,46 @@ def _chat(row: dict, key: str, where: str) -> list[dict]:
                 f"is {type(m.get('content')).__name__}, expected a string or a list of parts",
             )
     return msgs
+
+
+def _tool_calls(m: dict, field: str, where: str) -> dict:
+    """An assistant message's ``tool_calls`` checked and normalised to ``[{"type": "function", "function":
+    {"name": str, "arguments": dict}}]`` (arguments given as a JSON string are parsed, so both spellings
+    render the same); ``content`` may then be null or empty. The legacy ``function_call`` is refused."""
+    import json
+
+    if m.get("function_call") is not None:
+        raise BadRow(
+            where, f"{field}.function_call", "is OpenAI's legacy single-call field, which chat templates do not render",
+            'write it as tool_calls: [{"type": "function", "function": {"name", "arguments"}}]',
+        )  # fmt: skip
+    if m["role"] != "assistant":
+        raise BadRow(where, f"{field}.tool_calls", f"is on a {m['role']!r} message; only assistant messages call tools")
+    calls = m["tool_calls"]
+    if not isinstance(calls, list):
+        raise BadRow(where, f"{field}.tool_calls", f"is a {type(calls).__name__}, expected a list of tool calls")
+    out = []
+    for k, call in enumerate(calls):
+        at = f"{field}.tool_calls[{k}]"
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise BadRow(where, at, 'is not {"type": "function", "function": {"name": str, "arguments": {...}}}')
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError as e:
+                raise BadRow(where, f"{at}.function.arguments", f"is a string but not valid JSON ({e})") from None
+        if not isinstance(args, dict):
+            raise BadRow(where, f"{at}.function.arguments", f"is a {type(args).__name__}, expected a JSON object")
+        out.append({"type": "function", "function": {"name": fn["name"], "arguments": args}})
+    content = m.get("content")
+    return {**m, "content": "" if content is None else content, "tool_calls": out}
+
+
+#: Vision special tokens a tokenizer may define (Qwen2/2.5-VL): typed literally in text they would be encoded
+#: as real vision tokens.
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
 
 
 def tokenize_rows(
@@ -124,7 +167,10 @@ def tokenize_rows(
     from ..tokenize import encode_chats, encode_prompt_completion
 
     errors = RowErrors(skip_bad_rows, raw)
-    columns = _text_columns(raw) + (["images"] if raw.table is not None and "images" in raw.table.column_names else [])
+    optional = [c for c in ("images", "tools") if raw.table is not None and c in raw.table.column_names]
+    columns = _text_columns(raw) + optional
+    template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    renders_calls = isinstance(template, str) and "tool_calls" in template
     rows = raw.rows if raw.rows is not None else raw.table.select(columns).to_pylist()
     chats, chat_rows, skips, texts, text_rows = [], [], [], [], []
     refs_of: dict[int, list] = {}
@@ -133,6 +179,11 @@ def tokenize_rows(
             continue
         where = raw.locate(i)
         try:
+            if row.get("tools"):
+                raise BadRow(
+                    where, "tools", "holds tool definitions, which packwise does not render (they would be dropped)",
+                    "describe the tools in the system message, or drop the field",
+                )  # fmt: skip
             if raw.kind == "messages":
                 msgs = _chat(row, "messages", where)
                 if _multimodal(row):
@@ -157,6 +208,8 @@ def tokenize_rows(
             else:
                 kinds = f"{type(row.get('prompt')).__name__}/{type(row.get('completion')).__name__}"
                 raise BadRow(where, "prompt", f"and 'completion' are {kinds}; both must be strings or message lists")
+            if chat_rows and chat_rows[-1] == i and not renders_calls:
+                _check_template_calls(chats[-1], where, raw.kind)
         except BadRow as e:
             errors.bad(i, e)
     encoded = []
@@ -175,6 +228,8 @@ def tokenize_rows(
             [p for p, _ in texts], [c for _, c in texts], tokenizer, loss_on=loss_on, progress=progress
         )
     per_sample, source, types = [], [], []
+    vision_ids = _vision_ids(tokenizer)
+    text_of = dict(zip(chat_rows, chats)) | {r: t for r, t in zip(text_rows, texts)}
     if refs_of and vision is None:
         from ..multimodal import VisionSpec
 
@@ -183,6 +238,12 @@ def tokenize_rows(
         if ids.shape[0] == 0:
             errors.bad(row, BadRow(raw.locate(row), raw.kind, "tokenizes to 0 tokens"))
             continue
+        if vision_ids:
+            try:
+                _check_vision_tokens(ids, vision_ids, bool(refs_of.get(row)), text_of[row], raw.locate(row))
+            except BadRow as e:
+                errors.bad(row, e)
+                continue
         if refs_of:
             from ._media import media_token_types
 
@@ -203,6 +264,54 @@ def tokenize_rows(
     samples = Samples.from_arrays(per_sample, source, cols)
     samples.media = [refs_of.get(r, []) for r in source]
     return samples, errors.rows
+
+
+def _check_template_calls(msgs: list[dict], where: str, kind: str) -> None:
+    """A template that never reads ``tool_calls`` would drop them silently: refuse the row instead."""
+    for j, m in enumerate(msgs):
+        if m.get("tool_calls"):
+            field = f"messages[{j}].tool_calls" if kind == "messages" else "prompt/completion tool_calls"
+            raise BadRow(
+                where, field, "would be dropped: the chat template never reads tool_calls",
+                "use the default template (chat_template='chatml' renders them as Qwen2.5 does) or a template that "
+                "renders tool_calls",
+            )  # fmt: skip
+
+
+def _vision_ids(tokenizer) -> dict[int, str]:
+    """Vision special tokens the tokenizer defines (id -> text); empty for text-only tokenizers."""
+    try:
+        added = tokenizer.get_added_vocab()
+    except (AttributeError, NotImplementedError):
+        return {}
+    return {added[t]: t for t in VISION_TOKENS if t in added}
+
+
+def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], has_images: bool, text, where: str) -> None:
+    """Refuse vision tokens that came from typed text: in a row without images every vision token is
+    literal; in a row with images ``<|image_pad|>``/``<|vision_start|>``/``<|vision_end|>`` are counted against
+    the images by :func:`~packwise.pipeline._media.media_token_types`, and the others are always literal.
+
+    Encoding them as plain text instead would make the packed ids differ from what the model's own tokenizer
+    produces for the same text at inference (it matches special tokens in text), so the row is refused."""
+    allowed = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
+    bad = [i for i, t in vision_ids.items() if t not in allowed]
+    hit = np.isin(ids, bad)
+    if not hit.any():
+        return
+    token = vision_ids[int(ids[int(np.flatnonzero(hit)[0])])]
+    field = "messages"
+    if isinstance(text, list):
+        field = next(
+            (f"messages[{j}].content" for j, m in enumerate(text) if token in str(m.get("content", ""))), field
+        )
+    else:
+        field = "prompt" if token in text[0] else "completion"
+    raise BadRow(
+        where, field, f"holds the literal vision token {token}, which the tokenizer would encode as a real "
+        f"{'video/vision pad' if has_images else 'vision'} token in {'a row without such media' if has_images else 'a text-only row'}",
+        "remove it from the text (images go in image parts: {type: image, path})",
+    )  # fmt: skip
 
 
 def _parts(row: dict) -> list:
