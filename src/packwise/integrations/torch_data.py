@@ -15,7 +15,7 @@ from ..io._write import packed_files, read_metadata
 from ..plan._distribute import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
-IMAGE_COLUMNS = ("image_paths", "image_grid_thw", "images_per_sequence")
+IMAGE_COLUMNS = ("image_paths", "image_sha256", "image_grid_thw", "images_per_sequence")
 
 
 class PackedParquetDataset(Dataset):
@@ -136,6 +136,8 @@ class PackedParquetDataset(Dataset):
         fields = VisionSpec.__dataclass_fields__
         spec = VisionSpec(**{k: v for k, v in (self.metadata.get("multimodal") or {}).items() if k in fields})
         paths = row.column("image_paths")[0].as_py()
+        if "image_sha256" in row.column_names:  # outputs of packwise < 0.x carry no hashes
+            self._check_digests(paths, row.column("image_sha256")[0].as_py(), index)
         grids = np.asarray(row.column("image_grid_thw")[0].as_py(), dtype=np.int64).reshape(-1, 3)
         per_seq = row.column("images_per_sequence")[0].as_py()
         pixels, grid = process_images(paths, spec, where=f"{self.path} pack {index}")
@@ -154,6 +156,23 @@ class PackedParquetDataset(Dataset):
                 seq["pixel_values"] = pixels[int(patches[first]) : int(patches[first + n])]
                 seq["image_grid_thw"] = g
             first += n
+
+
+    def _check_digests(self, paths: list[str], recorded: list[str], index: int) -> None:
+        """Every image's bytes must still hash to what ``packwise pack`` recorded (a same-size replacement
+        keeps its grid, so the grid check alone would train on the new pixels)."""
+        from ..pipeline._media import image_digest
+
+        for path, want in zip(paths, recorded):
+            try:
+                got = image_digest(path)
+            except OSError as e:
+                raise ValueError(f"{self.path} pack {index}: image {path} cannot be read ({e}); re-run packwise pack") from e
+            if got != want:
+                raise ValueError(
+                    f"{self.path} pack {index}: image {path} changed since packing (SHA-256 {got[:16]}..., recorded "
+                    f"{want[:16]}...); restore the original file or re-run packwise pack"
+                )
 
 
 class DistributedPackSampler(Sampler[int]):

@@ -138,10 +138,24 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
     return out, counts
 
 
+def image_digest(path) -> str:
+    """SHA-256 (hex) of an image file's bytes: recorded per image at pack time (``image_sha256``) and checked
+    when the image is materialised again, so a file replaced by another of the same size is detected."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
-    """Flat per-image paths and grids in pack order, plus images per sequence (for table slicing)."""
+    """Flat per-image paths, content hashes and grids in pack order, plus images per sequence (for table
+    slicing)."""
     per_seq = np.asarray([len(media[i]) for i in order.tolist()], dtype=np.int32)
     paths = [p for i in order.tolist() for p, _ in media[i]]
+    digests = {p: image_digest(p) for p in dict.fromkeys(paths)}
     grids = np.asarray([g for i in order.tolist() for _, g in media[i]], dtype=np.int32).reshape(-1, 3)
     seq_image_offsets = np.zeros(per_seq.shape[0] + 1, dtype=np.int64)
     np.cumsum(per_seq, out=seq_image_offsets[1:])
@@ -149,18 +163,23 @@ def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) 
     return {
         "per_seq": per_seq,
         "paths": np.asarray(paths, dtype=object),
+        "sha256": np.asarray([digests[p] for p in paths], dtype=object),
         "grids": grids,
         "pack_offsets": pack_image_offsets,
     }
 
 
 def media_columns(arrays: dict, start: int, stop: int, seq_off: np.ndarray, s0: int, s1: int) -> dict[str, pa.Array]:
-    """``image_paths`` list<string>, ``image_grid_thw`` list<list<int32>>, ``images_per_sequence`` list<int32>."""
+    """``image_paths`` list<string>, ``image_sha256`` list<string>, ``image_grid_thw`` list<list<int32>>,
+    ``images_per_sequence`` list<int32>."""
     i0, i1 = int(arrays["pack_offsets"][start]), int(arrays["pack_offsets"][stop])
     img_off = (arrays["pack_offsets"][start : stop + 1] - i0).astype(np.int32)
     grids = pa.FixedSizeListArray.from_arrays(pa.array(arrays["grids"][i0:i1].reshape(-1)), 3)
     return {
         "image_paths": pa.ListArray.from_arrays(pa.array(img_off), pa.array(list(arrays["paths"][i0:i1]), pa.string())),
+        "image_sha256": pa.ListArray.from_arrays(
+            pa.array(img_off), pa.array(list(arrays["sha256"][i0:i1]), pa.string())
+        ),
         "image_grid_thw": pa.ListArray.from_arrays(pa.array(img_off), grids),
         "images_per_sequence": pa.ListArray.from_arrays(
             pa.array(seq_off.astype(np.int32)), pa.array(arrays["per_seq"][s0:s1])

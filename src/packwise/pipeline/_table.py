@@ -9,8 +9,9 @@ Output schema (one row per pack; ``T_p`` tokens and ``N_p`` sequences in pack ``
 - ``source_index``: ``list<int64>`` (N_p), input row of each sequence;
 - every other per-token column of the input: ``list<dtype>`` (T_p), gathered like ``input_ids``
   (``mm_token_type_ids``: 0 text, 1 image, for data with images);
-- with images: ``image_paths`` ``list<string>`` and ``image_grid_thw`` ``list<fixed_size_list<int32, 3>>``
-  (per image, in pack order) and ``images_per_sequence`` ``list<int32>`` (N_p).
+- with images: ``image_paths`` ``list<string>``, ``image_sha256`` ``list<string>`` (SHA-256 of each file's
+  bytes, checked when the images are loaded again) and ``image_grid_thw``
+  ``list<fixed_size_list<int32, 3>>`` (per image, in pack order) and ``images_per_sequence`` ``list<int32>`` (N_p).
 
 No padding is stored: packs are variable-length rows of at most the capacity.
 """
