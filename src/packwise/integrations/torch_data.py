@@ -6,6 +6,7 @@ import bisect
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset, Sampler
@@ -52,8 +53,13 @@ class PackedParquetDataset(Dataset):
         self.files = [str(f) for f in packed_files(self.path)]
         counts = [s["packs"] for s in self.metadata["shards"]]
         for f, expected in zip(self.files, counts):
-            meta = pq.ParquetFile(f).metadata
-            names = set(pq.ParquetFile(f).schema_arrow.names)
+            try:
+                pf = pq.ParquetFile(f)
+                meta, names = pf.metadata, set(pf.schema_arrow.names)
+            except (pa.ArrowException, OSError) as e:
+                raise ValueError(
+                    f"{f} cannot be read as Parquet ({e}); the shard is truncated or damaged — re-run packwise pack"
+                ) from e
             if meta.num_rows != expected:
                 raise ValueError(
                     f"{f} holds {meta.num_rows} packs but metadata.json says {expected}; the directory was modified "
@@ -88,7 +94,14 @@ class PackedParquetDataset(Dataset):
             for g in range(pf.num_row_groups):
                 n = pf.metadata.row_group(g).num_rows
                 if local < start + n:
-                    self._cache = c = (f, start, start + n, pf.read_row_group(g))
+                    try:
+                        table = pf.read_row_group(g)
+                    except (pa.ArrowException, OSError) as e:
+                        raise ValueError(
+                            f"{self.files[f]}: row group {g} cannot be read ({e}); the shard is damaged — re-run "
+                            "packwise pack"
+                        ) from e
+                    self._cache = c = (f, start, start + n, table)
                     break
                 start += n
         return c[3].slice(local - c[1], 1)

@@ -194,7 +194,8 @@ def load_packed(path) -> pa.Table:
     ``datasets.load_dataset("parquet", data_files=str(path / "packs-*.parquet"))`` reads the same files.
 
     Raises:
-        ValueError: ``path`` is not a packwise packed dataset.
+        ValueError: ``path`` is not a packwise packed dataset, or a shard is truncated/unreadable, holds
+            another number of packs than ``metadata.json`` says, or lacks a column — naming the file.
 
     Example:
         >>> import tempfile, pyarrow as pa
@@ -203,5 +204,21 @@ def load_packed(path) -> pa.Table:
         >>> load_packed(d).column("input_ids").to_pylist()
         [[1, 2], [3]]
     """
-    files = packed_files(path)
-    return pa.concat_tables([pq.read_table(f) for f in files])
+    meta = read_metadata(path)
+    need = {"input_ids"} | ({"labels", "seq_lengths", "source_index"} if "tokens_packed" in meta else set())
+    tables = []
+    for f, shard in zip(packed_files(path), meta["shards"]):
+        try:
+            t = pq.read_table(f)
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"{f} cannot be read as Parquet ({e}); the shard is truncated or damaged — re-run packwise pack") from e
+        missing = sorted(need - set(t.column_names)) or sorted(set(tables[0].column_names) - set(t.column_names) if tables else [])
+        if missing:
+            raise ValueError(f"{f} has no {missing[0]!r} column; the shard was modified — re-run packwise pack")
+        if t.num_rows != shard["packs"]:
+            raise ValueError(f"{f} holds {t.num_rows} packs but metadata.json says {shard['packs']}; re-run packwise pack")
+        tables.append(t)
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"{path}: the shards' columns differ ({e}); the directory was modified — re-run packwise pack") from e
