@@ -125,6 +125,12 @@ def collate_packs(
             raise TypeError(
                 f"pack {i} is a {type(p).__name__}; collate_packs takes PackedSequence objects (assemble_pack)"
             )
+    odd = next((i for i, p in enumerate(packs) if p.labels.device != packs[0].labels.device), None)
+    if odd is not None:
+        raise ValueError(
+            f"pack {odd} is on {packs[odd].labels.device} but pack 0 is on {packs[0].labels.device}; collate packs on "
+            "one device (assemble on the CPU and move the batch)"
+        )
     if layout not in ("thd", "padded"):
         raise ValueError(f"unknown layout {layout!r}; use 'thd' or 'padded'")
     if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
