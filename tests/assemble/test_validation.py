@@ -110,7 +110,7 @@ def test_collator_refuses(feature, exc, message):
 def packed(tmp_path_factory):
     d = tmp_path_factory.mktemp("packed")
     (d / "in.jsonl").write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 5]}\n')
-    assert main(["pack", str(d / "in.jsonl"), "-o", str(d / "out"), "--capacity", "8", "-q"]) == 0
+    assert main(["pack", str(d / "in.jsonl"), "-o", str(d / "out"), "--capacity", "8", "-q", "--no-report"]) == 0
     return d / "out"
 
 
