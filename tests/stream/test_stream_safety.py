@@ -61,5 +61,7 @@ def test_length_fn_that_over_reports_is_allowed():
 def test_samples_without_input_ids_never_exceed_capacity():
     samples = [{"labels": [7] * n} for n in (5, 5)]
     stream = PackingStream(samples, capacity=8, buffer_size=2, shuffle=False, length_fn=lambda s: 4)
-    with pytest.raises(ValueError, match=r"pack 0 of window 0 holds 10 tokens > capacity 8 \(sequence lengths \[5, 5\]\)"):
+    with pytest.raises(
+        ValueError, match=r"pack 0 of window 0 holds 10 tokens > capacity 8 \(sequence lengths \[5, 5\]\)"
+    ):
         list(stream)

@@ -26,7 +26,11 @@ def as_tensor(value, name: str, index: int) -> torch.Tensor:
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError, OverflowError) as e:
-            what = "is ragged (nested lists of different lengths)" if "inhomogeneous" in str(e) else f"is not numeric ({e})"
+            what = (
+                "is ragged (nested lists of different lengths)"
+                if "inhomogeneous" in str(e)
+                else f"is not numeric ({e})"
+            )
             raise TypeError(
                 f"sequence {index}: column {name!r} cannot become a tensor: it {what}; expected one number per token "
                 "(L,) or (L, ...) of equal rows"

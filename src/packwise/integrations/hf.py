@@ -45,7 +45,9 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
 
         m = _array(mask, "attention_mask", index).reshape(-1)
         if m.shape[0] != ids.shape[0]:
-            raise ValueError(f"feature {index}: attention_mask has {m.shape[0]} values but input_ids has {ids.shape[0]}")
+            raise ValueError(
+                f"feature {index}: attention_mask has {m.shape[0]} values but input_ids has {ids.shape[0]}"
+            )
         a, b = real_span(m, f"feature {index}")
         if b - a != ids.shape[0]:
             if feature.get("seq_lengths") is not None:

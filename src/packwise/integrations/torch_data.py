@@ -170,7 +170,6 @@ class PackedParquetDataset(Dataset):
                 seq["image_grid_thw"] = g
             first += n
 
-
     def _check_digests(self, paths: list[str], recorded: list[str], index: int) -> None:
         """Every image's bytes must still hash to what ``packwise pack`` recorded (a same-size replacement
         keeps its grid, so the grid check alone would train on the new pixels)."""
@@ -180,7 +179,9 @@ class PackedParquetDataset(Dataset):
             try:
                 got = image_digest(path)
             except OSError as e:
-                raise ValueError(f"{self.path} pack {index}: image {path} cannot be read ({e}); re-run packwise pack") from e
+                raise ValueError(
+                    f"{self.path} pack {index}: image {path} cannot be read ({e}); re-run packwise pack"
+                ) from e
             if got != want:
                 raise ValueError(
                     f"{self.path} pack {index}: image {path} changed since packing (SHA-256 {got[:16]}..., recorded "

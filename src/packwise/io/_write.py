@@ -211,14 +211,22 @@ def load_packed(path) -> pa.Table:
         try:
             t = pq.read_table(f)
         except (pa.ArrowException, OSError) as e:
-            raise ValueError(f"{f} cannot be read as Parquet ({e}); the shard is truncated or damaged — re-run packwise pack") from e
-        missing = sorted(need - set(t.column_names)) or sorted(set(tables[0].column_names) - set(t.column_names) if tables else [])
+            raise ValueError(
+                f"{f} cannot be read as Parquet ({e}); the shard is truncated or damaged — re-run packwise pack"
+            ) from e
+        missing = sorted(need - set(t.column_names)) or sorted(
+            set(tables[0].column_names) - set(t.column_names) if tables else []
+        )
         if missing:
             raise ValueError(f"{f} has no {missing[0]!r} column; the shard was modified — re-run packwise pack")
         if t.num_rows != shard["packs"]:
-            raise ValueError(f"{f} holds {t.num_rows} packs but metadata.json says {shard['packs']}; re-run packwise pack")
+            raise ValueError(
+                f"{f} holds {t.num_rows} packs but metadata.json says {shard['packs']}; re-run packwise pack"
+            )
         tables.append(t)
     try:
         return pa.concat_tables(tables)
     except pa.ArrowInvalid as e:
-        raise ValueError(f"{path}: the shards' columns differ ({e}); the directory was modified — re-run packwise pack") from e
+        raise ValueError(
+            f"{path}: the shards' columns differ ({e}); the directory was modified — re-run packwise pack"
+        ) from e

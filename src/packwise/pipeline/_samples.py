@@ -307,10 +307,10 @@ def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], has_images
         )
     else:
         field = "prompt" if token in text[0] else "completion"
+    context = "a row whose images do not use it" if has_images else "a text-only row"
     raise BadRow(
-        where, field, f"holds the literal vision token {token}, which the tokenizer would encode as a real "
-        f"{'video/vision pad' if has_images else 'vision'} token in {'a row without such media' if has_images else 'a text-only row'}",
-        "remove it from the text (images go in image parts: {type: image, path})",
+        where, field, f"holds the literal vision token {token}, which the tokenizer would encode as a real vision "
+        f"token in {context}", "remove it from the text (images go in image parts: {type: image, path})",
     )  # fmt: skip
 
 
