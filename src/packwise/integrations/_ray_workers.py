@@ -93,6 +93,7 @@ def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
     stats["errors"] = sorted((_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped))[:5]
     samples.labels[samples.offsets[:-1]] = IGNORE_INDEX  # as pack_columns: a first label is never a target
     stats["tokens"], stats["loss"] = samples.num_tokens, int((samples.labels != IGNORE_INDEX).sum())
+    stats["pads"] = samples.pad_tokens_removed  # attention_mask padding stripped on read (pipeline/_tokens.py)
     try:
         samples, counts = apply_overflow(samples, o["capacity"], o["overflow"], raw.locate, o["vision"])
     except ValueError as e:

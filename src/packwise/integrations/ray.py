@@ -205,6 +205,7 @@ def pack_ray(
                 packs=plan.num_packs, plan_hash=plan.plan_hash(), metrics=plan.metrics(), packwise_version=__version__,
                 timings=timings, skipped_examples=examples, alignment=plan.alignment,
                 algorithm_options=dict(algorithm_options or {}), multimodal=multimodal,
+                pad_tokens_removed=sum(s.get("pads", 0) for s in stats),
             )  # fmt: skip
             report.check()
             _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
