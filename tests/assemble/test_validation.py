@@ -51,8 +51,8 @@ def test_vocab_size_bounds_ids_and_labels():
         ValueError, match=r"sequence 0: input_ids has 100 at position 1, outside the vocabulary \[0, 100\)"
     ):
         assemble_pack([{"input_ids": [1, 100]}], vocab_size=100)
-    with pytest.raises(ValueError, match=r"sequence 0: labels has 100 at position 0, .* in \[0, 100\)"):
-        assemble_pack([{"input_ids": [1, 2], "labels": [100, 2]}], vocab_size=100)
+    with pytest.raises(ValueError, match=r"sequence 0: labels has 100 at position 1, .* in \[0, 100\)"):
+        assemble_pack([{"input_ids": [1, 2], "labels": [1, 100]}], vocab_size=100)
     assert assemble_pack([{"input_ids": [1, 99]}], vocab_size=100).input_ids.tolist() == [1, 99]
 
 

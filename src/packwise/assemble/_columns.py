@@ -218,14 +218,23 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
     return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat)
 
 
-def validate_values(cols: _Columns, *, vocab_size: int | None = None, label_pad_id: int = -100) -> None:
-    """Check token values once per column, vectorised over the whole pack (no per-token Python work).
+def validate_values(
+    cols: _Columns, *, vocab_size: int | None = None, label_pad_id: int = -100, labels: torch.Tensor | None = None
+) -> None:
+    """Check token values once per column, vectorised over the whole pack (no per-sequence or per-token
+    Python work; CPU tensors are checked through numpy views, whose calls cost less than torch's dispatch).
 
-    - ``input_ids`` in ``[0, vocab_size)`` (``[0, 2**63)`` without a vocabulary size);
+    - ``input_ids`` in ``[0, vocab_size)`` (``>= 0`` without a vocabulary size);
     - given ``labels``: ``-100``, ``label_pad_id`` or a token id in the same range;
-    - given ``loss_mask``: only 0/1 (booleans, integers or floats equal to 0 or 1).
+    - given ``loss_mask``: only 0/1 (booleans, integers or floats equal to 0 or 1);
+    - a per-token ``attention_mask``: only 1 (padded sequences are refused).
 
-    The same rules as ``packwise pack`` applies to pre-tokenized rows (``pipeline/_tokens.py``).
+    The same rules ``packwise pack`` applies to pre-tokenized rows (``pipeline/_tokens.py``).
+
+    Args:
+        cols: what :func:`_collect` gathered.
+        labels: the pack's ``(T,)`` assembled labels, when the caller has them (saves one concatenation);
+            only checked when some sequence gave labels.
 
     Raises:
         ValueError: naming the sequence, the position in it, the value, the limit and the fix.
@@ -234,52 +243,90 @@ def validate_values(cols: _Columns, *, vocab_size: int | None = None, label_pad_
         return
     lengths = cols.lengths
     if cols.ids is not None and cols.ids.numel():
-        lo, hi = torch.aminmax(cols.ids)
-        if int(lo) < 0 or (vocab_size is not None and int(hi) >= vocab_size):
+        ids = _view(cols.ids)
+        if int(ids.min()) < 0 or (vocab_size is not None and int(ids.max()) >= vocab_size):  # max only with a vocab
             limit = f"the vocabulary [0, {vocab_size})" if vocab_size is not None else "token ids >= 0"
-            bad = (cols.ids < 0) if vocab_size is None else ((cols.ids < 0) | (cols.ids >= vocab_size))
-            seq, pos, value = _locate(bad, lengths, cols.ids)
+            bad = (ids < 0) if vocab_size is None else ((ids < 0) | (ids >= vocab_size))
+            seq, pos, value = _locate(bad, lengths, ids)
             raise ValueError(
                 f"sequence {seq}: input_ids has {value} at position {pos}, outside {limit}; re-tokenize with the "
                 "tokenizer the model uses (pad ids are added by assemble_pack, never passed in)"
             )
-    given = [lab for lab in cols.labels if lab is not None]
-    if given:
-        labels = torch.cat(given) if len(given) > 1 else given[0]
-        ok = (labels >= 0) if vocab_size is None else ((labels >= 0) & (labels < vocab_size))
-        ok |= (labels == -100) | (labels == label_pad_id)
-        if not bool(ok.all()):
-            owners = [j for j, lab in enumerate(cols.labels) if lab is not None]
-            seq, pos, value = _locate(~ok, [lengths[j] for j in owners], labels)
-            raise ValueError(
-                f"sequence {owners[seq]}: labels has {value} at position {pos}, neither -100 (no loss) nor a token id"
-                f"{f' in [0, {vocab_size})' if vocab_size is not None else ''}; use -100 for tokens without loss"
-            )
+    owners = [j for j, lab in enumerate(cols.labels) if lab is not None]
+    if owners:
+        if labels is None:
+            given = [cols.labels[j] for j in owners]
+            labels = torch.cat(given) if len(given) > 1 else given[0]
+            owned = [lengths[j] for j in owners]
+        else:
+            owners, owned = list(range(len(lengths))), lengths
+        lab = _view(labels)
+        too_big = vocab_size is not None and int(lab.max()) >= vocab_size
+        extra_pad = label_pad_id < 0 and label_pad_id != -100
+        allowed = _count(lab == -100) + (_count(lab == label_pad_id) if extra_pad else 0)
+        if too_big or _count(lab < 0) != allowed:  # a negative that is neither -100 nor the pad
+            ok = (lab >= 0) if vocab_size is None else ((lab >= 0) & (lab < vocab_size))
+            ok |= (lab == -100) | (lab == label_pad_id)
+            if not bool(ok.all()):
+                seq, pos, value = _locate(~ok, owned, lab)
+                in_vocab = f" in [0, {vocab_size})" if vocab_size is not None else ""
+                raise ValueError(
+                    f"sequence {owners[seq]}: labels has {value} at position {pos}, neither -100 (no loss) nor a "
+                    f"token id{in_vocab}; use -100 for tokens without loss"
+                )
     pad = cols.extra.get("attention_mask")
-    if pad is not None and not bool((pad == 1).all()):
-        seq, pos, value = _locate(pad != 1, lengths, pad)
-        raise ValueError(
-            f"sequence {seq}: attention_mask has {value} at position {pos}: padded sequences would be packed pads and "
-            "all; pass unpadded sequences (input_ids[attention_mask == 1]) — PackedDataCollator and pack_dataset "
-            "strip left/right padding for you"
-        )
+    if pad is not None and pad.numel():
+        p = _view(pad)
+        if not (int(p.min()) == 1 and int(p.max()) == 1):
+            seq, pos, value = _locate(p != 1, lengths, p)
+            raise ValueError(
+                f"sequence {seq}: attention_mask has {value} at position {pos}: padded sequences would be packed pads "
+                "and all; pass unpadded sequences (input_ids[attention_mask == 1]) — PackedDataCollator and "
+                "pack_dataset strip left/right padding for you"
+            )
     masks = [m for m in cols.masks if m is not None]
     if masks:
-        mask = torch.cat(masks) if len(masks) > 1 else masks[0]
-        if mask.dtype != torch.bool:
-            bad = (mask != 0) & (mask != 1)
-            if bool(bad.any()):
+        mask = _view(torch.cat(masks) if len(masks) > 1 else masks[0])
+        kind = _kind(mask)
+        if kind != "b" and mask.shape[0]:
+            if kind in "iu":
+                fine = int(mask.min()) >= 0 and int(mask.max()) <= 1
+            else:
+                fine = not bool(((mask != 0) & (mask != 1)).any())
+            if not fine:
                 owners = [j for j, m in enumerate(cols.masks) if m is not None]
-                seq, pos, value = _locate(bad, [lengths[j] for j in owners], mask)
+                seq, pos, value = _locate((mask != 0) & (mask != 1), [lengths[j] for j in owners], mask)
                 raise ValueError(
                     f"sequence {owners[seq]}: loss_mask has {value} at position {pos}; a loss mask holds only 0/1 "
                     "(or booleans) — for per-token loss weights use labels plus a weight column"
                 )
 
 
-def _locate(bad: torch.Tensor, lengths: list[int], values: torch.Tensor) -> tuple[int, int, object]:
+def _count(mask) -> int:
+    """True values of a boolean array or tensor."""
+    return int(np.count_nonzero(mask)) if isinstance(mask, np.ndarray) else int(mask.sum())
+
+
+def _kind(a) -> str:
+    """numpy's dtype kind (``b``, ``i``, ``u``, ``f``) of an array or a tensor."""
+    if isinstance(a, np.ndarray):
+        return a.dtype.kind
+    if a.dtype == torch.bool:
+        return "b"
+    return "f" if a.dtype.is_floating_point or a.dtype.is_complex else "i"
+
+
+def _view(t: torch.Tensor):
+    """A numpy view of a CPU tensor (no copy), else the tensor itself (both support the checks above)."""
+    if t.device.type == "cpu" and not t.requires_grad and t.dtype is not torch.bfloat16:
+        return t.numpy()
+    return t
+
+
+def _locate(bad, lengths: list[int], values) -> tuple[int, int, object]:
     """``(sequence, position in it, value)`` of the first True of ``bad`` over concatenated sequences."""
-    first = int(torch.nonzero(bad.reshape(-1))[0])
+    bad = torch.as_tensor(bad).reshape(-1)
+    first = int(torch.nonzero(bad)[0])
     ends = np.cumsum(lengths)
     seq = int(np.searchsorted(ends, first, side="right"))
     start = int(ends[seq - 1]) if seq else 0

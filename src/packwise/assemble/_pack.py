@@ -176,7 +176,6 @@ def assemble_pack(
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     cols = _collect(sequences)
-    validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id)
     lengths = np.asarray(cols.lengths, dtype=np.int64)
     n = lengths.shape[0]
     real_total = sum(cols.lengths)
@@ -213,6 +212,7 @@ def assemble_pack(
 
     starts = cu[:-1].astype(np.int64)
     labels = _labels(cols, starts, lengths, labels_shifted, label_pad_id)
+    validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id, labels=labels)
     positions = _positions(cols, pos_in_seg, seq_idx, seg_real, dst, position_offset, n, device)
     pad_values = dict(pad_values or {})
     return PackedSequence(
