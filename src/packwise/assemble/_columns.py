@@ -41,6 +41,10 @@ def as_tensor(value, name: str, index: int) -> torch.Tensor:
                 f"sequence {index}: column {name!r} cannot become a tensor: it holds {bad!r} ({arr.dtype}); "
                 "per-token columns hold numbers (token ids are integers)"
             )
+        if arr.dtype == np.uint64 and arr.size and int(arr.max()) >= 2**63:
+            raise TypeError(
+                f"sequence {index}: column {name!r} cannot become a tensor: it holds {int(arr.max())}, beyond int64"
+            )
         return torch.as_tensor(arr)
     raise TypeError(f"sequence {index}: column {name!r} is {type(value).__name__}, expected a tensor or array")
 

@@ -32,8 +32,8 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     refused."""
     if not isinstance(feature, Mapping):
         raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
-    if "input_ids" not in feature:
-        raise ValueError(f"feature {index} has no 'input_ids' (keys: {sorted(feature)})")
+    if feature.get("input_ids") is None:
+        raise ValueError(f"feature {index} has no 'input_ids' or it is None (keys: {sorted(feature)})")
     keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
     cols = {k: _array(v, k, index) for k, v in feature.items() if k in keep and v is not None}
     ids = cols["input_ids"].reshape(-1)
