@@ -34,6 +34,8 @@ BAD = [
      "sequence 0: labels has dtype torch.float64"),
     ("float positions", [{"input_ids": [1, 2], "position_ids": [0.0, 1.0]}], TypeError,
      "sequence 0: position_ids has dtype torch.float64"),
+    ("uint64 beyond int64", [{"input_ids": np.array([1, 2**63 + 5], dtype=np.uint64)}], TypeError,
+     "sequence 0: column 'input_ids' cannot become a tensor: it holds 9223372036854775813, beyond int64"),
     ("padded sequence", [{"input_ids": [1, 2, 0], "attention_mask": [1, 1, 0]}], ValueError,
      "sequence 0: attention_mask has 0 at position 2: padded sequences would be packed pads and all"),
 ]  # fmt: skip
@@ -100,6 +102,7 @@ def test_collator_strips_left_and_right_padding():
         ({"input_ids": ["hello", "world"]}, TypeError, "feature 0: input_ids holds 'hello'"),
         ({"input_ids": [[1, 2], [3]]}, TypeError, "feature 0: input_ids is ragged"),
         ({"input_ids": [1.5, 2.0]}, TypeError, "feature 0: input_ids has dtype float64; token ids are integers"),
+        ({"input_ids": None}, ValueError, "feature 0 has no 'input_ids' or it is None"),
     ],
 )  # fmt: skip
 def test_collator_refuses(feature, exc, message):

@@ -140,3 +140,9 @@ def test_replaced_image_is_detected(tmp_path):
     Image.new("RGB", (112, 112), (10, 200, 10)).save(tmp_path / "red.png")  # same size, other pixels
     with pytest.raises(ValueError, match=r"pack 0: image .*red\.png changed since packing \(SHA-256"):
         PackedParquetDataset(out)[0]
+    # a row with an image may still not carry other vision tokens typed in its text
+    video = [{"messages": [{"role": "user", "content": [{"type": "image", "path": str(tmp_path / "red.png")},
+                                                        {"type": "text", "text": "and <|video_pad|>"}]},
+                           {"role": "assistant", "content": "red"}]}]  # fmt: skip
+    with pytest.raises(ValueError, match=r"field 'messages\[0\].content' holds the literal vision token <\|video_pad"):
+        pack_dataset(video, capacity=128)

@@ -187,7 +187,8 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
         data: a path (JSONL, Parquet, saved HF dataset directory), a ``datasets.Dataset``, a
             ``pyarrow.Table``, an iterable of dict rows, or a function returning one of those. Rows hold
             ``messages``, ``prompt`` + ``completion``, or pre-tokenized ``input_ids`` (+ ``labels`` or
-            ``loss_mask``, + per-token columns).
+            ``loss_mask``, + per-token columns; an ``attention_mask`` with left/right padding is stripped and
+            counted as ``report.pad_tokens_removed``, 0s between real tokens make a bad row).
         capacity: tokens per pack.
         **options: ``tokenizer`` (``"qwen2.5"`` default for text, ``"smollm2"``, a path, or a tokenizer),
             ``algorithm``, ``seed``, ``overflow`` (``truncate``/``split``/``drop``/``error``), ``loss_on``
