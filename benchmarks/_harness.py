@@ -9,6 +9,7 @@ to stderr then), ``--quick`` shrinks every size so a script runs in under a minu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
@@ -146,10 +147,8 @@ def machine() -> dict:
         info["torch"] = torch.__version__
     except ImportError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         info["loadavg_1m"] = round(os.getloadavg()[0], 2)
-    except OSError:
-        pass
     return info
 
 

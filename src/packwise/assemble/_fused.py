@@ -16,6 +16,8 @@ always reported by the two-step path's validation, with its messages.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import torch
@@ -77,7 +79,7 @@ def assemble_batch(
                 packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset,
                 pad_to_multiple_of,
             )  # fmt: skip
-        except (AttributeError, TypeError, RuntimeError, IndexError, KeyError):
+        except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
         return out
@@ -99,42 +101,43 @@ def _is_int(x) -> bool:
 
 
 def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, shifted, offset, multiple):
-    """The batch, or None when the input is outside the common case (the caller then takes the two-step path)."""
+    """The batch, or None when the input is outside the common case (the caller then takes the two-step path).
+
+    Every check runs once per column over the whole batch, through C-level ``map``s: key sets (one list
+    comparison), shapes (one list comparison against ``input_ids``'), dtypes (one set)."""
     if not packs or not _is_int(alignment) or alignment < 1 or not _is_int(multiple) or multiple < 1:
         return None
     if pad_to is not None and not _is_int(pad_to):
         return None
-    sizes = [len(p) for p in packs]
-    if min(sizes) == 0:
+    sizes = list(map(len, packs))
+    seqs = list(chain.from_iterable(packs))
+    if not seqs or min(sizes) == 0:
         return None
-    seqs = [s for p in packs for s in p]
-    first = seqs[0]
-    if type(first) is not dict:
-        return None
-    keys = first.keys()
-    if "input_ids" not in keys or any(s.keys() != keys for s in seqs if type(s) is dict) or not all(
-        type(s) is dict for s in seqs
-    ):
+    keys = dict.keys(seqs[0])  # TypeError for a non-dict: the two-step path names it
+    if "input_ids" not in keys or list(map(dict.keys, seqs)).count(keys) != len(seqs):
         return None
     names = sorted(k for k in keys if k not in ("input_ids", "labels"))
     if any(k in _UNSUPPORTED or k in PRODUCED for k in names):
         return None
     # -- validation, once per column over the whole batch ------------------------------------------------
-    ids = [s["input_ids"] for s in seqs]
-    shapes = [t.shape for t in ids]  # AttributeError for lists/arrays -> two-step path
-    lens_list = [sh[0] if len(sh) == 1 else -1 for sh in shapes]
-    lens = np.asarray(lens_list, dtype=np.int64)
+    ids = list(map(_INPUT_IDS, seqs))
+    shapes = list(map(_SHAPE, ids))  # AttributeError for lists: the two-step path converts them
+    if set(map(len, shapes)) != {1}:
+        return None  # not (L,): the two-step path names it
+    lens = np.fromiter(map(_FIRST, shapes), dtype=np.int64, count=len(shapes))
     if lens.min() < 1:
-        return None  # a 0-token or non-1-D sequence: the two-step path names it
-    if not {t.dtype for t in ids}.isdisjoint(_NOT_IDS):
+        return None  # a 0-token sequence: the two-step path names it
+    dtypes = {"input_ids": set(map(_DTYPE, ids))}
+    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not isinstance(ids[0], torch.Tensor):
         return None
     device = ids[0].device
     cols = {}
     for name in (["labels"] if "labels" in keys else []) + names:
-        col = [s[name] for s in seqs]
-        if not isinstance(col[0], torch.Tensor) or [t.shape for t in col] != shapes:
+        col = list(map(itemgetter(name), seqs))
+        if not isinstance(col[0], torch.Tensor) or list(map(_SHAPE, col)) != shapes:
             return None
         cols[name] = col
+        dtypes[name] = set(map(_DTYPE, col))
     # -- layout: segments of the whole batch ---------------------------------------------------------------
     n_packs = len(packs)
     bounds = np.zeros(n_packs + 1, dtype=np.int64)
@@ -150,21 +153,19 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     tails = pack_total - pack_aligned
     total = int(pack_total.sum())
     extra = -total % multiple
-    padded = bool(tails.any()) or alignment > 1
+    padded = alignment > 1 or bool(tails.any())
     if not padded:  # the common case: segments are the sequences (+ the batch padding)
         real = np.append(lens, 0) if extra else lens
         phys = np.append(lens, extra) if extra else lens
         seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
-        np.cumsum(phys, out=seg_start[1:])
+        phys.cumsum(out=seg_start[1:])
         seq_start = seg_start[: lens.shape[0]]
-        width = total + extra
-        pos_in_seg = _aranges(phys)
     else:
         # segments in batch order: each pack's sequences, then its tail when it has one; then the batch padding
         has_tail = tails > 0
         n_seg_pack = np.asarray(sizes, dtype=np.int64) + has_tail
         seg_bounds = np.zeros(n_packs + 1, dtype=np.int64)
-        np.cumsum(n_seg_pack, out=seg_bounds[1:])
+        n_seg_pack.cumsum(out=seg_bounds[1:])
         m = int(seg_bounds[-1])
         is_seq = np.ones(m, dtype=bool)
         is_seq[seg_bounds[1:][has_tail] - 1] = False
@@ -175,15 +176,15 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         phys[:m][~is_seq] = tails[has_tail]
         if extra:
             phys[m] = extra
-        width = total + extra
         seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
-        np.cumsum(phys, out=seg_start[1:])
+        phys.cumsum(out=seg_start[1:])
         seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
-        pos_in_seg = _aranges(phys)
-    seq_idx = np.repeat(np.arange(phys.shape[0], dtype=np.int32), phys)
+    width = total + extra
+    pos_in_seg = _aranges(phys)
+    seq_idx = np.arange(phys.shape[0], dtype=np.int32).repeat(phys)
     # -- columns: each written once ------------------------------------------------------------------------
     if padded:
-        pad_mask = pos_in_seg >= np.repeat(real, phys)
+        pad_mask = pos_in_seg >= real.repeat(phys)
         if extra:
             pad_mask[total:] = True
         dst = torch.from_numpy(np.flatnonzero(~pad_mask))
@@ -194,17 +195,17 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         pad_mask[total:] = True
         dst = None
 
-    def place(chunks: list, fill, dtype: torch.dtype | None) -> torch.Tensor:
-        cat_dtype = chunks[0].dtype if dtype is None else dtype
-        if dst is None and all(c.dtype is cat_dtype for c in chunks):
-            out = torch.empty(width, dtype=cat_dtype, device=device)
-            torch.cat(chunks, out=out[:total])
-            if extra:
-                out[total:] = fill
-            return out
+    def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
+        if dst is None and (dtype is None or dtypes[name] == {dtype}):
+            if extra:  # the batch padding joins the one concatenation
+                chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
+            if len(dtypes[name]) == 1:
+                return torch.cat(chunks)
         values = torch.cat(chunks)
         if dtype is not None and values.dtype != dtype:
             values = values.to(dtype)
+        if dst is None and values.shape[0] == width:
+            return values
         out = torch.full((width,), fill, dtype=values.dtype, device=device)
         if dst is None:
             out[:total] = values
@@ -212,16 +213,15 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             out[dst] = values
         return out
 
-    pad_values = dict(pad_values or {})
-    input_ids = place(ids, pad_token_id, torch.int64)
+    input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
     if "labels" in cols:
-        labels = place(cols["labels"], label_pad_id, torch.int64)
+        labels = place(cols["labels"], "labels", label_pad_id, torch.int64)
     else:
         labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
         if padded or extra:
             labels[torch.from_numpy(pad_mask).to(device)] = label_pad_id
-    boundary = seq_start + (lens - 1 if shifted else 0)
-    if labels.device.type == "cpu":
+    boundary = seq_start + (lens - 1) if shifted else seq_start
+    if device.type == "cpu":
         lab_np = labels.numpy()
         lab_np[boundary] = label_pad_id
         if extra:
@@ -233,21 +233,22 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     positions = pos_in_seg
     if offset:
         positions += offset
-    if extra and offset:
-        positions[total:] -= offset  # collate_packs' batch padding counts from 0
+        if extra:
+            positions[total:] -= offset  # collate_packs' batch padding counts from 0
     batch = {
         "input_ids": input_ids.unsqueeze(0),
         "labels": labels.unsqueeze(0),
         "position_ids": _t(positions, device).unsqueeze(0),
         "padding_mask": _t(pad_mask, device).unsqueeze(0),
     }
+    pad_values = pad_values or {}
     for name in names:
-        batch[name] = place(cols[name], pad_values.get(name, 0), None).unsqueeze(0)
+        batch[name] = place(cols[name], name, pad_values.get(name, 0), None).unsqueeze(0)
     cu = np.zeros(real.shape[0] + 1, dtype=np.int32)
-    np.cumsum(real, out=cu[1:])
+    real.cumsum(out=cu[1:])
     cu_t = _t(seg_start.astype(np.int32), device)
     pack_tokens = np.zeros(n_packs + 1, dtype=np.int32)
-    np.cumsum(pack_total, out=pack_tokens[1:])
+    pack_total.cumsum(out=pack_tokens[1:])
     longest = int(phys.max())
     batch.update(
         seq_idx=_t(seq_idx, device).unsqueeze(0),
@@ -259,7 +260,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         max_length_k=longest,
         max_seqlen=int(lens.max()),
         max_seqlen_padded=int(aligned.max()),
-        num_sequences=torch.tensor(sizes, dtype=torch.int32),
+        num_sequences=torch.from_numpy(np.array(sizes, dtype=np.int32)),
         cu_pack_tokens=torch.from_numpy(pack_tokens),
         total_tokens=width,
         layout="thd",
@@ -267,6 +268,10 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     return batch
 
 
+_INPUT_IDS = itemgetter("input_ids")
+_SHAPE = attrgetter("shape")
+_FIRST = itemgetter(0)
+_DTYPE = attrgetter("dtype")
 _ARANGE = np.arange(1 << 16, dtype=np.int64)
 
 
