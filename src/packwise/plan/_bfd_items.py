@@ -28,6 +28,7 @@ ITEM_PATH_MAX = 100_000
 
 _SHIFT = 32
 _MASK = (1 << _SHIFT) - 1
+_SENTINEL = 1 << 62  # above every key: remaining < 2**25 (capacity <= 2**24)
 
 
 def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -50,16 +51,18 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
     keep = big_rem > 0 if max_seqs > 1 else np.zeros(big, dtype=bool)
     keys = ((big_rem[keep] << _SHIFT) | np.flatnonzero(keep)).tolist()
     keys.sort()
+    keys.append(_SENTINEL)  # bisect lands here when no open pack fits: open a new one
     bins = np.empty(n, dtype=np.int64)
     bins[:big] = np.arange(big)
     out = []
-    append = out.append
+    append, pop, bisect, insert = out.append, keys.pop, bisect_left, insort
     nb = big
     if max_seqs >= n:  # no pack can reach the sequence limit: no counts to keep
         for length in ordered[big:].tolist():
-            i = bisect_left(keys, length << _SHIFT)
-            if i < len(keys):
-                k = keys.pop(i)
+            i = bisect(keys, length << _SHIFT)
+            k = keys[i]
+            if k != _SENTINEL:
+                pop(i)
                 b = k & _MASK
                 r = (k >> _SHIFT) - length
             else:
@@ -67,14 +70,15 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
                 nb += 1
                 r = capacity - length
             if r:
-                insort(keys, (r << _SHIFT) | b)
+                insert(keys, (r << _SHIFT) | b)
             append(b)
     else:
         counts = [1] * big
         for length in ordered[big:].tolist():
-            i = bisect_left(keys, length << _SHIFT)
-            if i < len(keys):
-                k = keys.pop(i)
+            i = bisect(keys, length << _SHIFT)
+            k = keys[i]
+            if k != _SENTINEL:
+                pop(i)
                 b = k & _MASK
                 r = (k >> _SHIFT) - length
                 counts[b] += 1
@@ -84,7 +88,7 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
                 r = capacity - length
                 counts.append(1)
             if r and counts[b] < max_seqs:
-                insort(keys, (r << _SHIFT) | b)
+                insert(keys, (r << _SHIFT) | b)
             append(b)
     bins[big:] = out
     order = idx[np.argsort(bins, kind="stable")]
