@@ -191,9 +191,9 @@ class PackingStream(IterableDataset):
             yield {"_packwise_empty_window": (self.epoch, window)}
 
     def _emit(self, group: list[Mapping], window: int, k: int, count: int):
-        tag = {"epoch": self.epoch, "window": window, "pack": k, "packs_in_window": count}
         if not self.assemble:
             return group
+        tag = {"epoch": self.epoch, "window": window, "pack": k, "packs_in_window": count}
         seqs = [{**s, POSITION: tag} for s in group]
         return assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
 
