@@ -53,7 +53,9 @@ def peak_memory(fn) -> int:
     return peak
 
 
-def peers(lengths: np.ndarray, capacity: int, repeat: int, quick: bool) -> list[tuple[str, str, float | None, int | None]]:
+def peers(
+    lengths: np.ndarray, capacity: int, repeat: int, quick: bool
+) -> list[tuple[str, str, float | None, int | None]]:
     """(peer, note, seconds, packs) for each peer at this N."""
     n = lengths.shape[0]
     rows = []
@@ -77,7 +79,9 @@ def peers(lengths: np.ndarray, capacity: int, repeat: int, quick: bool) -> list[
             t, bins = best_time(lambda f=fn: f(as_list, capacity), repeat)
             rows.append((f"lightbinpack.{name} (C++)", "list input", t, len(bins)))
     except ImportError:
-        rows.append(("lightbinpack", "not installed (pip install lightbinpack==0.1.1; compiles C++ ~3 min)", None, None))
+        rows.append(
+            ("lightbinpack", "not installed (pip install lightbinpack==0.1.1; compiles C++ ~3 min)", None, None)
+        )
     if not quick and n <= 1_000_000:
         try:
             rows.append(_trl(lengths, capacity))
@@ -221,6 +225,7 @@ def main() -> None:
     if not args.no_chitchat:
         chitchat(rep, args.repeat)
     rep.finish()
+
 
 if __name__ == "__main__":
     main()
