@@ -1,22 +1,27 @@
-"""Assembly benchmark: assemble_pack + collate_packs throughput vs a bare torch.cat, one core, one run.
+"""Assembly benchmark: batch tensors from sequences vs a bare torch.cat of the same columns, one core, one run.
 
-    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8]
+    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--json] [--quick]
 
 Chitchat-like packs: lognormal(6.1, 1.1) lengths clipped to [1, 4096] (chitchat conversations under qwen2.5:
 median 412, mean 884 tokens), planned with BFD at capacity 4096. Each sequence carries ``input_ids``,
-``labels`` and one side column (``mm_token_type_ids``). The baseline is ``torch.cat`` of the same three
-tensors per pack — the least any assembler must do.
+``labels`` and one side column (``mm_token_type_ids``). Baselines, timed interleaved with the paths:
+
+- ``torch.cat`` of the same three tensors per pack (the least a pack assembler must do);
+- ``torch.cat`` of the same three tensors per *batch* (the least a batch assembler must do; stricter).
+
+Paths: ``assemble_pack`` + ``collate_packs`` (two steps, two copies of every column) and, when present,
+``assemble_batch`` (one fused step). Targets: fused ≥ 0.5× the per-pack cat and ≥ 100 M tokens/s.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
+from _harness import Report, add_common, interleaved
 
-from packwise.assemble import assemble_pack, collate_packs
+import packwise.assemble as pa
 from packwise.plan import plan_packs
 
 
@@ -24,8 +29,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packs", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3)
+    add_common(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.packs = min(args.packs, 400)
+    rep = Report("assemble", args)
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     lengths = np.clip(np.rint(rng.lognormal(6.1, 1.1, args.packs * 6)), 1, 4096).astype(np.int64)
@@ -43,31 +51,78 @@ def main() -> None:
             ]
         )
     tokens = sum(int(lengths[m].sum()) for m in plan.packs()[: args.packs])
+    batches = [packs[b : b + args.batch] for b in range(0, len(packs), args.batch)]
+    keys = ("input_ids", "labels", "mm_token_type_ids")
 
-    def bare():
+    def cat_per_pack():
         for seqs in packs:
-            for key in ("input_ids", "labels", "mm_token_type_ids"):
+            for key in keys:
                 torch.cat([s[key] for s in seqs])
 
-    def packwise_path():
-        for b in range(0, len(packs), args.batch):
-            collate_packs([assemble_pack(seqs) for seqs in packs[b : b + args.batch]])
+    def cat_per_batch():
+        for batch in batches:
+            for key in keys:
+                torch.cat([s[key] for seqs in batch for s in seqs])
 
-    def best(fn):
-        times = []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return min(times)
+    def two_step():
+        for batch in batches:
+            pa.collate_packs([pa.assemble_pack(seqs) for seqs in batch])
 
-    t_bare, t_pw = best(bare), best(packwise_path)
-    print(f"{len(packs)} packs, {tokens:,} tokens, {tokens / len(packs):.0f} tokens and "
-          f"{sum(len(p) for p in packs) / len(packs):.1f} sequences per pack, batches of {args.batch}, 1 thread")  # fmt: skip
-    print("| path | tokens/s | ratio to torch.cat |")
-    print("|---|---:|---:|")
-    print(f"| torch.cat of input_ids, labels, side column (baseline) | {tokens / t_bare / 1e6:.1f} M | 1.00 |")
-    print(f"| assemble_pack + collate_packs | {tokens / t_pw / 1e6:.1f} M | {t_bare / t_pw:.2f} |")
+    fns = {"cat_per_pack": cat_per_pack, "cat_per_batch": cat_per_batch, "assemble_pack+collate_packs": two_step}
+    fused = getattr(pa, "assemble_batch", None)
+    if fused is not None:
+
+        def fused_path():
+            for batch in batches:
+                fused(batch)
+
+        fns["assemble_batch"] = fused_path
+    t = interleaved(fns, args.repeat)
+    rep.say(
+        f"{len(packs)} packs, {tokens:,} tokens, {tokens / len(packs):.0f} tokens and "
+        f"{sum(len(p) for p in packs) / len(packs):.1f} sequences per pack, batches of {args.batch}, 1 thread; "
+        f"medians of {args.repeat} interleaved repeats"
+    )
+    base = t["cat_per_pack"]["median"]
+    for name, r in t.items():
+        rate = tokens / r["median"] / 1e6
+        target = None
+        if name == "assemble_batch":
+            target = ">= 0.5"
+        rep.figure(
+            f"{name} vs cat per pack",
+            rate,
+            unit="M tokens/s",
+            baseline="cat_per_pack M tokens/s",
+            baseline_value=tokens / base / 1e6,
+            ratio=base / r["median"],
+            ratio_means="baseline time / path time (higher is better)",
+            target=target,
+            spread=(tokens / r["max"] / 1e6, tokens / r["min"] / 1e6),
+        )
+    strict = t["cat_per_batch"]["median"]
+    for name in ("assemble_pack+collate_packs", "assemble_batch"):
+        if name in t:
+            rep.figure(
+                f"{name} vs cat per batch",
+                tokens / t[name]["median"] / 1e6,
+                unit="M tokens/s",
+                baseline="cat_per_batch M tokens/s",
+                baseline_value=tokens / strict / 1e6,
+                ratio=strict / t[name]["median"],
+                ratio_means="baseline time / path time (higher is better)",
+            )
+    if fused is not None:
+        rate = tokens / t["assemble_batch"]["median"] / 1e6
+        rep.figure("assemble_batch throughput", rate, unit="M tokens/s", target=">= 100", ratio_means="absolute")
+        rep.figure(
+            "assemble_batch speed-up over assemble_pack+collate_packs",
+            t["assemble_pack+collate_packs"]["median"] / t["assemble_batch"]["median"],
+            unit="×",
+        )
+    else:
+        rep.note("assemble_batch: not present in this packwise (fused path not built)")
+    rep.finish()
 
 
 if __name__ == "__main__":

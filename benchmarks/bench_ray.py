@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _harness import Report, add_common
 
 CAPACITY = 2048
 
@@ -108,10 +109,15 @@ def main() -> None:
     ap.add_argument("--packs-per-shard", type=int, default=2000)
     ap.add_argument("--engines", default="local,ray1,ray2")
     ap.add_argument("--one", nargs=3, metavar=("ENGINE", "DATA", "OUT"), help=argparse.SUPPRESS)
+    add_common(ap)
     args = ap.parse_args()
     if args.one:
         print("RESULT " + json.dumps(run_one(*args.one, args.packs_per_shard)), flush=True)
         return
+    if args.quick:
+        args.rows, args.engines = min(args.rows, 20_000), "local,ray2"
+    rep = Report("ray", args)
+    rep.note("Each engine runs once, in a fresh process (--repeat does not apply: Ray start-up dominates repeats).")
     quarter = args.rows // 4
     ceiling = cpu_scaling()
     results = []
@@ -119,7 +125,7 @@ def main() -> None:
         data, small = Path(tmp) / "rows.parquet", Path(tmp) / "quarter.parquet"
         tokens = make_input(data, args.rows)
         make_input(small, quarter)
-        print(f"{args.rows:,} rows, {tokens:,} tokens, {data.stat().st_size / 2**20:.0f} MiB Parquet", flush=True)
+        rep.say(f"{args.rows:,} rows, {tokens:,} tokens, {data.stat().st_size / 2**20:.0f} MiB Parquet")
         runs = [(e, data, args.rows) for e in args.engines.split(",")] + [("ray2", small, quarter)]
         for engine, path, rows in runs:
             out = Path(tmp) / f"{engine}-{rows}" / "out"
@@ -133,19 +139,39 @@ def main() -> None:
             results.append({**json.loads(lines[0][7:]), "rows": rows})
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     full = {r["engine"]: r for r in results[:-1]}
-    print("\n| engine | rows | wall s | ray.init s | driver traced peak MiB | driver peak RSS MiB | packs |")
-    print("|---|---|---|---|---|---|---|")
+    rep.say("\n| engine | rows | wall s | ray.init s | driver traced peak MiB | driver peak RSS MiB | packs |")
+    rep.say("|---|---|---|---|---|---|---|")
     for r in results:
         row = (r["engine"], f"{r['rows']:,}", f"{r['wall']:.1f}", f"{r['init']:.1f}", f"{r['traced'] / 2**20:.1f}",
                f"{r['rss'] / 2**20:.0f}", f"{r['packs']:,}")  # fmt: skip
-        print("| " + " | ".join(row) + " |")
+        rep.say("| " + " | ".join(row) + " |")
+    local = full.get("local")
+    for name, r in full.items():
+        rep.figure(
+            f"{name} wall time, {args.rows:,} rows",
+            r["wall"],
+            unit="s",
+            baseline="local engine s" if local else None,
+            baseline_value=local["wall"] if local else None,
+            ratio=local["wall"] / r["wall"] if local else None,
+            ratio_means="local time / engine time (higher is better)",
+        )
     if "ray1" in full and "ray2" in full:
-        ratio = full["ray1"]["wall"] / full["ray2"]["wall"]
-        print(f"\nscaling 1 -> 2 workers: {ratio:.2f}x (2 busy processes on this machine: {ceiling:.2f}x)")
+        rep.figure(
+            "scaling 1 -> 2 Ray workers",
+            full["ray1"]["wall"] / full["ray2"]["wall"],
+            unit="×",
+            baseline="2 busy processes on this machine",
+            baseline_value=ceiling,
+            ratio_means="measured scaling / machine ceiling",
+        )
     if "ray2" in full:
         slope = (full["ray2"]["traced"] - results[-1]["traced"]) / (args.rows - quarter)
-        print(f"Ray driver memory per extra row: {slope:.0f} bytes (tracemalloc, {quarter:,} -> {args.rows:,} rows)")
-    print(f"same plan hash in every full-size run: {len({r['plan_hash'] for r in results[:-1]}) == 1}")
+        rep.figure(f"Ray driver memory per extra row ({quarter:,} -> {args.rows:,} rows)", slope, unit="bytes",
+                   ratio_means="absolute")  # fmt: skip
+    same = len({r["plan_hash"] for r in results[:-1]}) == 1
+    rep.figure("same plan hash in every full-size run", int(same), unit="bool", met=same, ratio_means="absolute")
+    rep.finish()
 
 
 if __name__ == "__main__":

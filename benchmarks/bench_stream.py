@@ -1,25 +1,37 @@
-"""Streaming benchmark: planning throughput and memory of PackingStream, and data-parallel balance.
+"""Streaming benchmark: PackingStream planning throughput vs one global plan, memory, data-parallel balance.
 
-    python benchmarks/bench_stream.py [--samples 10_000_000] [--buffer 10000]
+    python benchmarks/bench_stream.py [--samples 10_000_000] [--buffer 10000] [--json] [--quick]
 
-1. A synthetic stream of ``--samples`` lengths (lognormal(6.1, 1.1), clipped to [1, 4096]) through
+1. A synthetic stream of ``--samples`` lengths (lognormal(6.1, 1.1), clipped to [1, 4096], seed 0) through
    ``PackingStream(assemble=False, length_fn=int)`` with buffer 10,000: samples/s of windowing + planning
-   (no tokenization, no tensors) and the peak RSS of the process (``ru_maxrss``) — memory is bounded by
-   one window, not by the stream.
-2. ``distribute`` of chitchat packs (qwen2.5 lengths, capacity 4096, BFD with ``pack_count_multiple=8``)
-   over 8 ranks: max/mean cost, tokens and attention-aware.
+   (no tokenization, no tensors). Baseline, interleaved in the same run: one global BFD plan of the same
+   lengths (``plan_packs`` on the whole array). Targets: ≥ 2 M samples/s and ≥ 0.05× the global rate.
+2. Peak RSS of a fresh process that only streams (``VmHWM``): bounded by one window, not by the stream.
+   Target < 500 MB.
+3. ``distribute`` of chitchat packs (qwen2.5 lengths, capacity 4096, BFD with ``pack_count_multiple=8``)
+   over 8 ranks: max/mean cost, tokens and attention-aware (skipped with ``--quick``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
-import time
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+from _harness import Report, add_common, interleaved
 
 from packwise.plan import distribute, plan_packs
 from packwise.stream import PackingStream
+
+
+def lengths_array(n: int, seed: int = 0, chunk: int = 1_000_000) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    parts = [np.clip(np.rint(rng.lognormal(6.1, 1.1, min(chunk, n - a))), 1, 4096) for a in range(0, n, chunk)]
+    return np.concatenate(parts).astype(np.int64)
 
 
 def lengths_stream(n: int, seed: int = 0, chunk: int = 1_000_000):
@@ -28,40 +40,103 @@ def lengths_stream(n: int, seed: int = 0, chunk: int = 1_000_000):
         yield from np.clip(np.rint(rng.lognormal(6.1, 1.1, min(chunk, n - a))), 1, 4096).astype(np.int64).tolist()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=10_000_000)
-    ap.add_argument("--buffer", type=int, default=10_000)
-    args = ap.parse_args()
+def run_stream(samples: int, buffer: int) -> tuple[int, int]:
     stream = PackingStream(
-        lambda: lengths_stream(args.samples), capacity=4096, buffer_size=args.buffer, assemble=False, length_fn=int
+        lambda: lengths_stream(samples), capacity=4096, buffer_size=buffer, assemble=False, length_fn=int
     )
-    t = time.perf_counter()
     packs = sequences = 0
     for pack in stream:
         packs += 1
         sequences += len(pack)
-    dt = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"| stream of {args.samples:,} samples, buffer {args.buffer:,} | value |")
-    print("|---|---:|")
-    print(f"| samples/s (windowing + BFD planning) | {sequences / dt:,.0f} |")
-    print(f"| packs | {packs:,} |")
-    print(f"| wall time (s) | {dt:.1f} |")
-    print(f"| peak RSS (MB) | {rss:,.0f} |")
+    return packs, sequences
 
-    from packwise.pipeline._demo import chitchat_input
-    from packwise.pipeline._samples import tokenize_rows
-    from packwise.tokenize import load_tokenizer
 
-    samples, _ = tokenize_rows(chitchat_input(), load_tokenizer("qwen2.5"), loss_on="assistant", chat_template=None,
-                               skip_bad_rows=False)  # fmt: skip
-    plan = plan_packs(np.minimum(samples.lengths, 4096), capacity=4096, pack_count_multiple=8)
-    print(f"\n| chitchat, {plan.num_packs} packs over 8 ranks | max/mean cost |")
-    print("|---|---:|")
-    for cost in ("tokens", "attention"):
-        a = distribute(plan, num_ranks=8, cost=cost)
-        print(f"| {cost} | {a.imbalance:.4f} |")
+def peak_rss_mb() -> float:
+    """This process's peak RSS: ``VmHWM`` (Linux; per address space, so a child started by a big parent does
+    not inherit the parent's peak as ``ru_maxrss`` does across fork + exec), else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=10_000_000)
+    ap.add_argument("--buffer", type=int, default=10_000)
+    ap.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
+    add_common(ap)
+    args = ap.parse_args()
+    if args.rss_only:
+        packs, _ = run_stream(args.samples, args.buffer)
+        print(json.dumps({"rss_mb": peak_rss_mb(), "packs": packs}))
+        return
+    if args.quick:
+        args.samples = min(args.samples, 1_000_000)
+    rep = Report("stream", args)
+    n = args.samples
+    lengths = lengths_array(n)
+    t = interleaved(
+        {
+            "stream": lambda: run_stream(n, args.buffer),
+            "global_plan": lambda: plan_packs(lengths, capacity=4096),
+        },
+        args.repeat,
+    )
+    s, g = t["stream"], t["global_plan"]
+    rep.say(f"stream of {n:,} samples, buffer {args.buffer:,}; medians of {args.repeat} interleaved repeats")
+    rep.figure(
+        "stream samples/s",
+        n / s["median"],
+        unit="samples/s",
+        target=">= 2000000",
+        spread=(n / s["max"], n / s["min"]),
+        ratio_means="absolute",
+    )
+    rep.figure(
+        "stream rate vs one global BFD plan",
+        n / s["median"],
+        unit="samples/s",
+        baseline="global plan_packs samples/s",
+        baseline_value=n / g["median"],
+        ratio=g["median"] / s["median"],
+        ratio_means="global time / stream time (higher is better)",
+        target=">= 0.05",
+    )
+    packs = s["out"][0]
+    global_packs = g["out"].num_packs
+    rep.figure(
+        "stream packs vs global BFD packs", packs, unit="packs", baseline="global packs", baseline_value=global_packs
+    )
+    child = subprocess.run(
+        [sys.executable, __file__, "--rss-only", "--samples", str(n), "--buffer", str(args.buffer)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rss = json.loads(child.stdout.strip().splitlines()[-1])["rss_mb"]
+    rep.figure("peak RSS of a process that only streams", rss, unit="MB", target="< 500", ratio_means="absolute")
+    if not args.quick:
+        from packwise.pipeline._demo import chitchat_input
+        from packwise.pipeline._samples import tokenize_rows
+        from packwise.tokenize import load_tokenizer
+
+        samples, _ = tokenize_rows(chitchat_input(), load_tokenizer("qwen2.5"), loss_on="assistant",
+                                   chat_template=None, skip_bad_rows=False)  # fmt: skip
+        plan = plan_packs(np.minimum(samples.lengths, 4096), capacity=4096, pack_count_multiple=8)
+        for cost in ("tokens", "attention"):
+            a = distribute(plan, num_ranks=8, cost=cost)
+            rep.figure(
+                f"chitchat {plan.num_packs} packs over 8 ranks, max/mean {cost} cost",
+                a.imbalance,
+                unit="",
+                target="<= 1.02" if cost == "attention" else None,
+                ratio_means="absolute",
+            )
+    rep.finish()
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ per second of forward + backward + optimizer step.
 from __future__ import annotations
 
 import argparse
-import json
+import statistics
 import time
 
 import numpy as np
 import torch
+from _harness import Report, add_common
 
 from packwise.attention import available_backends
 from packwise.hf import PackedDataCollator, use_packed_attention
@@ -86,8 +87,11 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
+    add_common(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.samples, args.layers, args.hidden, args.vocab = min(args.samples, 16), 2, 128, 8000
+    rep = Report("train", args)
 
     rng = np.random.default_rng(args.seed)
     all_lengths = chitchat_lengths(args.capacity)
@@ -119,35 +123,45 @@ def main() -> None:
     padded_timed_tokens = int(sum(len(d) for d in docs[(warm_docs // bs) * bs :]))
     padded_warmup = warm_docs // bs
 
-    model = make_model(args)
-    results = {}
-    model.set_attn_implementation("sdpa")
-    a = argparse.Namespace(**{**vars(args), "warmup": padded_warmup})
-    results["padded (sdpa + attention mask)"] = padded_timed_tokens / run(model, padded, a)
-    no_iso = [{"input_ids": b["input_ids"], "labels": b["labels"]} for b in packed]
-    results["packed, no isolation (plain causal row)"] = real_timed / run(model, no_iso, args)
-    for backend in available_backends(args.device, getattr(torch, args.dtype)):
-        if backend == "flex" and args.device == "cpu":
-            continue  # flex_attention has no backward on CPU
-        use_packed_attention(model, backend=backend)
-        results[f"packed + isolation ({backend})"] = real_timed / run(model, packed, args)
+    runs: dict[str, list[float]] = {}
+    for _ in range(args.repeat):  # modes in the same order every repeat, a fresh model each time
+        model = make_model(args)
+        model.set_attn_implementation("sdpa")
+        a = argparse.Namespace(**{**vars(args), "warmup": padded_warmup})
+        runs.setdefault("padded (sdpa + attention mask)", []).append(padded_timed_tokens / run(model, padded, a))
+        no_iso = [{"input_ids": b["input_ids"], "labels": b["labels"]} for b in packed]
+        runs.setdefault("packed, no isolation (plain causal row)", []).append(real_timed / run(model, no_iso, args))
+        for backend in available_backends(args.device, getattr(torch, args.dtype)):
+            if backend == "flex" and args.device == "cpu":
+                continue  # flex_attention has no backward on CPU
+            use_packed_attention(model, backend=backend)
+            runs.setdefault(f"packed + isolation ({backend})", []).append(real_timed / run(model, packed, args))
+    results = {k: statistics.median(v) for k, v in runs.items()}
     base = results["padded (sdpa + attention mask)"]
     unmasked = results["packed, no isolation (plain causal row)"]
     iso = {k: v for k, v in results.items() if k.startswith("packed + isolation")}
     best = max(iso, key=iso.get)
-    if args.json:
-        print(json.dumps({"tokens_per_s": results, "best_isolation": best}, indent=2))
-        return
-    print(f"{args.device} {args.dtype}, Llama {args.layers} layers × {args.hidden} hidden, vocab {args.vocab}, capacity "
-          f"{args.capacity}; {len(docs)} samples in {len(packs)} packs ({len(packs) - args.warmup} timed, {real_timed:,} real "
-          f"tokens); padded batch size {bs}; threads {torch.get_num_threads()}")  # fmt: skip
-    print("| mode | real tokens/s | × padded | × packed without isolation |")
-    print("|---|---:|---:|---:|")
+    rep.say(f"{args.device} {args.dtype}, Llama {args.layers} layers × {args.hidden} hidden, vocab {args.vocab}, capacity "
+            f"{args.capacity}; {len(docs)} samples in {len(packs)} packs ({len(packs) - args.warmup} timed, {real_timed:,} "
+            f"real tokens); padded batch size {bs}; threads {torch.get_num_threads()}; medians of {args.repeat}")  # fmt: skip
     for k, v in results.items():
-        print(f"| {k} | {v:,.0f} | {v / base:.2f} | {v / unmasked:.2f} |")
-    print(
-        f"\nbest isolated backend: {best}; isolation overhead vs unmasked packing: {100 * (1 - iso[best] / unmasked):+.1f} %"
+        rep.figure(
+            f"{k} real tokens/s",
+            v,
+            unit="tokens/s",
+            baseline="padded tokens/s",
+            baseline_value=base,
+            ratio_means="mode / padded (higher is better)",
+            target=">= 1.0" if k == best else None,
+            spread=(min(runs[k]), max(runs[k])),
+        )
+    rep.figure(
+        f"isolation overhead of the best backend ({best}) vs packing without boundaries",
+        100 * (1 - iso[best] / unmasked),
+        unit="%",
+        ratio_means="absolute",
     )
+    rep.finish()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ params. Planning decided; nothing here decides membership."""
 from ._collate import NON_TOKEN_KEYS, Layout, collate_packs
 from ._cp import cp_indices, shard_for_context_parallel, unshard_context_parallel
 from ._flatten import flatten_padded_batch
+from ._fused import assemble_batch
 from ._megatron import to_packed_seq_params
 from ._pack import PackedSequence, assemble_pack
 
@@ -11,6 +12,7 @@ __all__ = [
     "NON_TOKEN_KEYS",
     "Layout",
     "PackedSequence",
+    "assemble_batch",
     "assemble_pack",
     "collate_packs",
     "cp_indices",

@@ -125,7 +125,10 @@ def pack(
         report_files = []
         if write_report_files:
             t = time.perf_counter()
+            advance = progress("report", 1) if progress else None  # plots take a second or more
             report_files = write_report(output, report)
+            if advance:
+                advance(1)
             report.timings["report"] = time.perf_counter() - t
     if json_out:
         files = [str(f) for f in report_files]

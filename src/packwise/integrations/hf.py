@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..assemble import PackedSequence, assemble_pack, collate_packs
+from ..assemble import PackedSequence, assemble_batch, assemble_pack, collate_packs
 from ..assemble._pack import MEDIA_KEYS
 from ..attention import BACKENDS, Backend, varlen_attention
 
@@ -147,14 +147,21 @@ class PackedDataCollator:
     def __call__(self, features: Sequence[Mapping]) -> dict:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
-        packs = [
-            f if isinstance(f, PackedSequence) else assemble_pack(
-                _sequences(f, i), alignment=self.alignment, position_offset=self.position_offset,
-                pad_token_id=self.pad_token_id,
-            )
-            for i, f in enumerate(features)
-        ]  # fmt: skip
-        batch = collate_packs(packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id)
+        if not any(isinstance(f, PackedSequence) for f in features):  # one fused pass (same batch, bit for bit)
+            batch = assemble_batch(
+                [_sequences(f, i) for i, f in enumerate(features)], alignment=self.alignment,
+                position_offset=self.position_offset, pad_token_id=self.pad_token_id,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+            )  # fmt: skip
+        else:
+            packs = [
+                f if isinstance(f, PackedSequence) else assemble_pack(
+                    _sequences(f, i), alignment=self.alignment, position_offset=self.position_offset,
+                    pad_token_id=self.pad_token_id,
+                )
+                for i, f in enumerate(features)
+            ]  # fmt: skip
+            batch = collate_packs(packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id)
         if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
             batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])

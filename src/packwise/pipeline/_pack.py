@@ -74,7 +74,10 @@ def pack_columns(
         raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
     timings: dict[str, float] = {}
     t = time.perf_counter()
+    advance_read = progress("read", 1) if progress else None  # a bar with elapsed time while reading
     raw = _as_input(data, format, skip_bad_rows)
+    if advance_read:
+        advance_read(1)
     timings["read"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -8,6 +8,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from ._align import align_lengths
+from ._bfd_items import ITEM_PATH_MAX, plan_bfd_items
 from ._constraints import pack_count_target, split_to_target
 from ._engine import HistogramBuilder
 from ._first_fit_shuffle import plan_first_fit_shuffle
@@ -222,6 +223,8 @@ def plan_packs(
         order, offsets = plan_next_fit(costs, capacity, m)
     elif name == "first_fit_shuffle":
         order, offsets = plan_first_fit_shuffle(costs, capacity, m, used_seed)
+    elif name == "best_fit_decreasing" and costs.shape[0] <= ITEM_PATH_MAX:  # same plan, less fixed cost
+        order, offsets = plan_bfd_items(costs, capacity, m)
     else:
         builder = HistogramBuilder(costs, capacity)
         if name == "best_fit_decreasing":

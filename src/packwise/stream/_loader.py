@@ -91,7 +91,11 @@ class PackingLoader:
                 if (window, k) not in waiting:
                     break
                 batch.append(waiting.pop((window, k)))
-                self._next = (window, k + 1)
+                if k + 1 < sizes[window]:
+                    self._next = (window, k + 1)
+                else:  # the window's last pack: a state saved now must point at the next window
+                    del sizes[window]
+                    self._next = (window + 1, 0)
                 if len(batch) == self.batch_size:
                     yield self.collate_fn(batch)
                     batch = []

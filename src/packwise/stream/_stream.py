@@ -215,9 +215,9 @@ class PackingStream(IterableDataset):
             yield {"_packwise_empty_window": (self.epoch, window)}
 
     def _emit(self, group: list[Mapping], window: int, k: int, count: int):
-        tag = {"epoch": self.epoch, "window": window, "pack": k, "packs_in_window": count}
         if not self.assemble:
             return group
+        tag = {"epoch": self.epoch, "window": window, "pack": k, "packs_in_window": count}
         seqs = [{**s, POSITION: tag} for s in group]
         pack = assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
         used = int(pack.cu_seqlens_padded[-1])
@@ -251,11 +251,10 @@ class PackingStream(IterableDataset):
                     continue
                 idx = order[w * self.buffer_size : (w + 1) * self.buffer_size].tolist()
                 samples = []
-                for j, i in enumerate(idx):
-                    try:
-                        samples.append(src[i])
-                    except Exception as e:  # report which sample failed; nothing of this window is emitted
-                        raise StreamSourceError(w * self.buffer_size + j, e) from e
+                try:
+                    samples.extend(map(src.__getitem__, idx))  # keeps what it read if the source raises
+                except Exception as e:  # report which sample failed; nothing of this window is emitted
+                    raise StreamSourceError(w * self.buffer_size + len(samples), e) from e
                 yield w, w * self.buffer_size, samples, w == n_windows - 1
             return
         phase = int(np.random.default_rng(ss).integers(self.buffer_size)) if self.shuffle else 0
@@ -265,11 +264,10 @@ class PackingStream(IterableDataset):
             size = phase if window == 0 and phase else self.buffer_size
             samples, first = [], position
             try:
-                for sample in itertools.islice(it, size):
-                    samples.append(sample)
-                    position += 1
+                samples.extend(itertools.islice(it, size))  # keeps what it read if the source raises
             except Exception as e:
-                raise StreamSourceError(position, e) from e
+                raise StreamSourceError(position + len(samples), e) from e
+            position += len(samples)
             if not samples:
                 self._seen = (window, position)
                 return
@@ -311,9 +309,10 @@ class PackingStream(IterableDataset):
             lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
             alignment=self.alignment, **self.algorithm_options,
         )  # fmt: skip
-        order, offsets = plan.order.tolist(), plan.offsets.tolist()
+        flat = list(map(kept.__getitem__, plan.order.tolist()))  # samples in plan order, one C-level pass
+        offsets = plan.offsets.tolist()
         perm = np.random.default_rng(order_seed).permutation(plan.num_packs).tolist()
-        return [[kept[i] for i in order[offsets[p] : offsets[p + 1]]] for p in perm]
+        return [flat[offsets[p] : offsets[p + 1]] for p in perm]
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, base: int) -> None:
         """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""

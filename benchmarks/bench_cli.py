@@ -1,0 +1,93 @@
+"""CLI benchmark: ``packwise pack`` on the default data vs a bare ``encode_batch`` of the same texts, one run.
+
+    python benchmarks/bench_cli.py [--json] [--quick] [--repeat 3]
+
+``packwise pack -o TMP --no-report`` (a fresh process each time: start-up, imports, tokenizer load, reading,
+rendering, tokenizing, planning, writing) is timed interleaved with its floor measured in this process: the
+4,018 chitchat conversations rendered with the tokenizer's chat template (the same jinja rendering packwise
+uses) and encoded with ``tokenizers``' ``encode_batch`` (the tokenizer's own thread pool). Target: the CLI
+≤ 1.5× the floor. ``--quick`` packs the first 500 conversations (a JSONL file) instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _harness import Report, add_common, interleaved
+
+
+def floor_fn(chats):
+    from packwise.tokenize import load_tokenizer
+    from packwise.tokenize._chat import _render, _template_kwargs
+
+    tok = load_tokenizer("qwen2.5")
+    template, kwargs = tok.chat_template, _template_kwargs(tok)
+
+    def render_and_encode() -> int:
+        texts = _render(chats, template, kwargs, spans=False)
+        return sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False))
+
+    def encode_only(texts=_render(chats, template, kwargs, spans=False)) -> int:
+        return sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False))
+
+    return render_and_encode, encode_only
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(ap)
+    args = ap.parse_args()
+    from packwise.pipeline._demo import chitchat_conversations
+
+    rep = Report("cli", args)
+    chats = [list(c) for c in chitchat_conversations()]
+    exe = [sys.executable, "-c", "from packwise.cli import run; run()"]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = []
+        if args.quick:  # the first 500 conversations as a JSONL file, for the CLI and the floor alike
+            chats = chats[:500]
+            path = Path(tmp) / "chats.jsonl"
+            path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
+            data = [str(path)]
+        render_and_encode, encode_only = floor_fn(chats)
+        runs = iter(range(1_000))
+        timings = []
+
+        def cli():
+            out = Path(tmp) / f"out{next(runs)}"
+            proc = subprocess.run([*exe, "pack", *data, "-o", str(out), "--no-report", "--json"], capture_output=True,
+                                  text=True, env=os.environ.copy(), check=False)  # fmt: skip
+            if proc.returncode:
+                sys.exit(f"packwise pack failed:\n{proc.stderr[-3000:]}")
+            timings.append(json.loads(proc.stdout)["timings"])
+            return timings[-1]
+
+        t0 = time.perf_counter()
+        t = interleaved({"cli": cli, "render+encode": render_and_encode, "encode_batch": encode_only}, args.repeat)
+        rep.say(f"medians of {args.repeat} interleaved repeats ({time.perf_counter() - t0:.0f} s in all)")
+    floor = t["encode_batch"]["median"]
+    for name in ("cli", "render+encode"):
+        rep.figure(
+            f"{'packwise pack (whole process)' if name == 'cli' else 'render (jinja) + encode_batch, in process'}",
+            t[name]["median"],
+            unit="s",
+            baseline="bare encode_batch of the rendered texts s",
+            baseline_value=floor,
+            ratio_means="time / floor time (lower is better)",
+            target="<= 1.5" if name == "cli" else None,
+            spread=(t[name]["min"], t[name]["max"]),
+        )
+    last = timings[-1]
+    rep.note("packwise pack's own timings (last run, s): " + ", ".join(f"{k} {v:.2f}" for k, v in last.items()))
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()

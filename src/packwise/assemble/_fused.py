@@ -1,0 +1,290 @@
+"""``assemble_batch``: sequences of P packs -> one batch, every column written once.
+
+The two-step path (:func:`~packwise.assemble.assemble_pack` per pack, then
+:func:`~packwise.assemble.collate_packs`) validates every sequence in a Python loop and copies every column
+twice. This path validates once per *column* over the whole batch (one list comparison of shapes, one
+dtype set, one vectorised length check) and writes each column straight into the batch tensor; the
+generated columns (positions, ``seq_idx``, padding mask, ``cu_seqlens``) come from a few numpy calls over
+the batch's segment lengths.
+
+It covers the common case — THD layout, tensors of one device, the same keys in every sequence, no
+``loss_mask``, ``position_ids``, media or metadata. Anything else goes through the two-step path, whose
+output this path reproduces bit for bit (tests compare both, hypothesis included); invalid input is
+always reported by the two-step path's validation, with its messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import attrgetter, itemgetter
+
+import numpy as np
+import torch
+
+from ..constants import IGNORE_INDEX
+from ._collate import Layout, collate_packs
+from ._columns import PRODUCED, RESERVED
+from ._pack import assemble_pack
+
+_NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
+                      torch.complex128})  # fmt: skip
+_UNSUPPORTED = frozenset(RESERVED) - {"input_ids", "labels"}  # loss_mask, position_ids, media: two-step path
+
+
+def assemble_batch(
+    packs: Sequence[Sequence[Mapping]],
+    *,
+    layout: Layout = "thd",
+    pad_to: int | None = None,
+    alignment: int = 1,
+    pad_token_id: int = 0,
+    label_pad_id: int = IGNORE_INDEX,
+    pad_values: Mapping[str, float] | None = None,
+    labels_shifted: bool = False,
+    position_offset: int = 0,
+    pad_to_multiple_of: int = 1,
+) -> dict:
+    """Assemble P packs of sequences into one training batch in a single pass.
+
+    Equal, key for key and bit for bit, to
+    ``collate_packs([assemble_pack(p, **pack_opts) for p in packs], layout=..., pad_to_multiple_of=...,
+    pad_values=..., pad_token_id=...)`` — see those functions for every argument, the output keys, their
+    shapes and dtypes, and the errors.
+
+    Args:
+        packs: P lists of sequences (mappings with ``input_ids (L,)`` and optional ``labels (L,)`` and
+            per-token columns ``(L, ...)``); a plan's packs, e.g. ``[[samples[i] for i in p] for p in
+            plan.packs()[a:b]]``.
+        layout, pad_to_multiple_of: as :func:`collate_packs`.
+        pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset: as
+            :func:`assemble_pack` (``pad_values`` and ``pad_token_id`` also as :func:`collate_packs`).
+
+    Returns:
+        The batch dict of :func:`collate_packs`: ``input_ids``, ``labels``, ``position_ids``,
+        ``padding_mask``, ``seq_idx`` ``[1, T]`` (thd), ``cu_seqlens`` ``(M+1,)`` int32, ...
+
+    Raises:
+        ValueError, TypeError: as :func:`assemble_pack` and :func:`collate_packs`.
+
+    Example:
+        >>> b = assemble_batch([[{"input_ids": torch.tensor([1, 2, 3])}], [{"input_ids": torch.tensor([4, 5])}]])
+        >>> b["input_ids"].tolist(), b["labels"].tolist(), b["position_ids"].tolist(), b["cu_seqlens"].tolist()
+        ([[1, 2, 3, 4, 5]], [[-100, 2, 3, -100, 5]], [[0, 1, 2, 0, 1]], [0, 3, 5])
+    """
+    out = None
+    if layout == "thd":
+        try:
+            out = _fast_thd(
+                packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset,
+                pad_to_multiple_of,
+            )  # fmt: skip
+        except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError):
+            out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
+    if out is not None:
+        return out
+    opts = dict(
+        pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
+        pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset,
+    )  # fmt: skip
+    return collate_packs(
+        [assemble_pack(p, **opts) for p in packs],
+        layout=layout,
+        pad_to_multiple_of=pad_to_multiple_of,
+        pad_values=pad_values,
+        pad_token_id=pad_token_id,
+    )
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, shifted, offset, multiple):
+    """The batch, or None when the input is outside the common case (the caller then takes the two-step path).
+
+    Every check runs once per column over the whole batch, through C-level ``map``s: key sets (one list
+    comparison), shapes (one list comparison against ``input_ids``'), dtypes (one set)."""
+    if not packs or not _is_int(alignment) or alignment < 1 or not _is_int(multiple) or multiple < 1:
+        return None
+    if pad_to is not None and not _is_int(pad_to):
+        return None
+    sizes = list(map(len, packs))
+    seqs = list(chain.from_iterable(packs))
+    if not seqs or min(sizes) == 0:
+        return None
+    keys = dict.keys(seqs[0])  # TypeError for a non-dict: the two-step path names it
+    if "input_ids" not in keys or list(map(dict.keys, seqs)).count(keys) != len(seqs):
+        return None
+    names = sorted(k for k in keys if k not in ("input_ids", "labels"))
+    if any(k in _UNSUPPORTED or k in PRODUCED for k in names):
+        return None
+    # -- validation, once per column over the whole batch ------------------------------------------------
+    ids = list(map(_INPUT_IDS, seqs))
+    shapes = list(map(_SHAPE, ids))  # AttributeError for lists: the two-step path converts them
+    if set(map(len, shapes)) != {1}:
+        return None  # not (L,): the two-step path names it
+    lens = np.fromiter(map(_FIRST, shapes), dtype=np.int64, count=len(shapes))
+    if lens.min() < 1:
+        return None  # a 0-token sequence: the two-step path names it
+    dtypes = {"input_ids": set(map(_DTYPE, ids))}
+    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not isinstance(ids[0], torch.Tensor):
+        return None
+    device = ids[0].device
+    cols = {}
+    for name in (["labels"] if "labels" in keys else []) + names:
+        col = list(map(itemgetter(name), seqs))
+        if not isinstance(col[0], torch.Tensor) or list(map(_SHAPE, col)) != shapes:
+            return None
+        cols[name] = col
+        dtypes[name] = set(map(_DTYPE, col))
+    # -- layout: segments of the whole batch ---------------------------------------------------------------
+    n_packs = len(packs)
+    bounds = np.zeros(n_packs + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    aligned = lens if alignment == 1 else (lens + alignment - 1) // alignment * alignment
+    pack_aligned = np.add.reduceat(aligned, bounds[:-1])
+    if pad_to is None:
+        pack_total = pack_aligned
+    else:
+        if pack_aligned.max() > pad_to:
+            return None  # the two-step path raises with the numbers
+        pack_total = np.full(n_packs, pad_to, dtype=np.int64)
+    tails = pack_total - pack_aligned
+    total = int(pack_total.sum())
+    extra = -total % multiple
+    padded = alignment > 1 or bool(tails.any())
+    if not padded:  # the common case: segments are the sequences (+ the batch padding)
+        real = np.append(lens, 0) if extra else lens
+        phys = np.append(lens, extra) if extra else lens
+        seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
+        phys.cumsum(out=seg_start[1:])
+        seq_start = seg_start[: lens.shape[0]]
+    else:
+        # segments in batch order: each pack's sequences, then its tail when it has one; then the batch padding
+        has_tail = tails > 0
+        n_seg_pack = np.asarray(sizes, dtype=np.int64) + has_tail
+        seg_bounds = np.zeros(n_packs + 1, dtype=np.int64)
+        n_seg_pack.cumsum(out=seg_bounds[1:])
+        m = int(seg_bounds[-1])
+        is_seq = np.ones(m, dtype=bool)
+        is_seq[seg_bounds[1:][has_tail] - 1] = False
+        real = np.zeros(m + (1 if extra else 0), dtype=np.int64)
+        phys = np.zeros_like(real)
+        real[:m][is_seq] = lens
+        phys[:m][is_seq] = aligned
+        phys[:m][~is_seq] = tails[has_tail]
+        if extra:
+            phys[m] = extra
+        seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
+        phys.cumsum(out=seg_start[1:])
+        seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
+    width = total + extra
+    pos_in_seg = _aranges(phys)
+    seq_idx = np.arange(phys.shape[0], dtype=np.int32).repeat(phys)
+    # -- columns: each written once ------------------------------------------------------------------------
+    if padded:
+        pad_mask = pos_in_seg >= real.repeat(phys)
+        if extra:
+            pad_mask[total:] = True
+        dst = torch.from_numpy(np.flatnonzero(~pad_mask))
+        if device.type != "cpu":
+            dst = dst.to(device)
+    else:
+        pad_mask = np.zeros(width, dtype=bool)
+        pad_mask[total:] = True
+        dst = None
+
+    def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
+        if dst is None and (dtype is None or dtypes[name] == {dtype}):
+            if extra:  # the batch padding joins the one concatenation
+                chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
+            if len(dtypes[name]) == 1:
+                return torch.cat(chunks)
+        values = torch.cat(chunks)
+        if dtype is not None and values.dtype != dtype:
+            values = values.to(dtype)
+        if dst is None and values.shape[0] == width:
+            return values
+        out = torch.full((width,), fill, dtype=values.dtype, device=device)
+        if dst is None:
+            out[:total] = values
+        else:
+            out[dst] = values
+        return out
+
+    input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
+    if "labels" in cols:
+        labels = place(cols["labels"], "labels", label_pad_id, torch.int64)
+    else:
+        labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
+        if padded or extra:
+            labels[torch.from_numpy(pad_mask).to(device)] = label_pad_id
+    boundary = seq_start + (lens - 1) if shifted else seq_start
+    if device.type == "cpu":
+        lab_np = labels.numpy()
+        lab_np[boundary] = label_pad_id
+        if extra:
+            lab_np[total:] = IGNORE_INDEX
+    else:
+        labels[torch.from_numpy(boundary).to(device)] = label_pad_id
+        if extra:
+            labels[total:] = IGNORE_INDEX
+    positions = pos_in_seg
+    if offset:
+        positions += offset
+        if extra:
+            positions[total:] -= offset  # collate_packs' batch padding counts from 0
+    batch = {
+        "input_ids": input_ids.unsqueeze(0),
+        "labels": labels.unsqueeze(0),
+        "position_ids": _t(positions, device).unsqueeze(0),
+        "padding_mask": _t(pad_mask, device).unsqueeze(0),
+    }
+    pad_values = pad_values or {}
+    for name in names:
+        batch[name] = place(cols[name], name, pad_values.get(name, 0), None).unsqueeze(0)
+    cu = np.zeros(real.shape[0] + 1, dtype=np.int32)
+    real.cumsum(out=cu[1:])
+    cu_t = _t(seg_start.astype(np.int32), device)
+    pack_tokens = np.zeros(n_packs + 1, dtype=np.int32)
+    pack_total.cumsum(out=pack_tokens[1:])
+    longest = int(phys.max())
+    batch.update(
+        seq_idx=_t(seq_idx, device).unsqueeze(0),
+        cu_seqlens=_t(cu, device),
+        cu_seqlens_padded=cu_t,
+        cu_seq_lens_q=cu_t,
+        cu_seq_lens_k=cu_t,
+        max_length_q=longest,
+        max_length_k=longest,
+        max_seqlen=int(lens.max()),
+        max_seqlen_padded=int(aligned.max()),
+        num_sequences=torch.from_numpy(np.array(sizes, dtype=np.int32)),
+        cu_pack_tokens=torch.from_numpy(pack_tokens),
+        total_tokens=width,
+        layout="thd",
+    )
+    return batch
+
+
+_INPUT_IDS = itemgetter("input_ids")
+_SHAPE = attrgetter("shape")
+_FIRST = itemgetter(0)
+_DTYPE = attrgetter("dtype")
+_ARANGE = np.arange(1 << 16, dtype=np.int64)
+
+
+def _aranges(lengths: np.ndarray) -> np.ndarray:
+    """``concat(arange(n) for n in lengths)``, one pass: slices of one cached arange."""
+    global _ARANGE
+    longest = int(lengths.max())
+    if longest > _ARANGE.shape[0]:
+        _ARANGE = np.arange(1 << longest.bit_length(), dtype=np.int64)
+    a = _ARANGE
+    return np.concatenate([a[:n] for n in lengths.tolist()])
+
+
+def _t(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    return t if device.type == "cpu" else t.to(device)

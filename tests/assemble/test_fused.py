@@ -1,0 +1,179 @@
+"""assemble_batch equals assemble_pack + collate_packs, key for key and bit for bit, on the fused path and off it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packwise.assemble._fused as fused_module
+from packwise.assemble import assemble_batch, assemble_pack, collate_packs
+
+PACK_OPTS = ("pad_to", "alignment", "pad_token_id", "label_pad_id", "pad_values", "labels_shifted", "position_offset")
+COLLATE_OPTS = ("pad_to_multiple_of", "pad_values", "pad_token_id", "layout")
+
+
+def reference(packs, **kw):
+    pack_kw = {k: v for k, v in kw.items() if k in PACK_OPTS}
+    collate_kw = {k: v for k, v in kw.items() if k in COLLATE_OPTS}
+    return collate_packs([assemble_pack(p, **pack_kw) for p in packs], **collate_kw)
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, torch.Tensor):
+            assert isinstance(y, torch.Tensor), k
+            assert (x.dtype, tuple(x.shape)) == (y.dtype, tuple(y.shape)), k
+            assert torch.equal(x, y), (k, x, y)
+        else:
+            assert x == y, (k, x, y)
+
+
+@pytest.fixture
+def fast_calls(monkeypatch):
+    """Count how often the fused path answered (so a test cannot pass by always taking the two-step path)."""
+    calls = {"fast": 0, "fallback": 0}
+    orig = fused_module._fast_thd
+
+    def counting(*args):
+        out = orig(*args)
+        calls["fast" if out is not None else "fallback"] += 1
+        return out
+
+    monkeypatch.setattr(fused_module, "_fast_thd", counting)
+    return calls
+
+
+def test_exact_values_on_the_fused_path(fast_calls):
+    packs = [
+        [{"input_ids": torch.tensor([1, 2, 3])}, {"input_ids": torch.tensor([4, 5])}],
+        [{"input_ids": torch.tensor([6, 7, 8, 9])}],
+    ]
+    b = assemble_batch(packs, pad_to_multiple_of=4)
+    assert fast_calls == {"fast": 1, "fallback": 0}
+    assert b["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0]]
+    assert b["labels"].tolist() == [[-100, 2, 3, -100, 5, -100, 7, 8, 9, -100, -100, -100]]
+    assert b["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 1, 2, 3, 0, 1, 2]]
+    assert b["seq_idx"].tolist() == [[0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 3]]
+    assert b["cu_seqlens"].tolist() == [0, 3, 5, 9, 9]
+    assert b["cu_seq_lens_q"].tolist() == [0, 3, 5, 9, 12]
+    assert b["num_sequences"].tolist() == [2, 1]
+    assert b["cu_pack_tokens"].tolist() == [0, 5, 9]
+    assert (b["max_seqlen"], b["max_length_q"], b["total_tokens"]) == (4, 4, 12)
+
+
+def test_alignment_and_pad_to_on_the_fused_path(fast_calls):
+    packs = [
+        [{"input_ids": torch.tensor([1] * 5), "labels": torch.tensor([7] * 5)}, {"input_ids": torch.tensor([2] * 7)}]
+    ]
+    packs[0][1]["labels"] = torch.tensor([8] * 7)
+    b = assemble_batch(packs, alignment=4, pad_to=20)
+    assert fast_calls["fast"] == 1
+    assert b["padding_mask"].nonzero()[:, 1].tolist() == [5, 6, 7, 15, 16, 17, 18, 19]
+    assert b["cu_seqlens_padded"].tolist() == [0, 8, 16, 20]
+    assert_same(b, reference(packs, alignment=4, pad_to=20))
+
+
+@pytest.mark.parametrize(
+    "packs",
+    [
+        [[{"input_ids": [1, 2, 3]}]],  # lists
+        [[{"input_ids": np.array([1, 2, 3])}]],  # numpy
+        [[{"input_ids": torch.tensor([1, 2]), "loss_mask": torch.tensor([0, 1])}]],
+        [[{"input_ids": torch.tensor([1, 2]), "position_ids": torch.tensor([[0, 1]] * 3)}]],  # MRoPE
+        [[{"input_ids": torch.tensor([1, 2]), "key": "a"}], [{"input_ids": torch.tensor([3]), "key": "b"}]],
+        [[{"input_ids": torch.tensor([1, 2]), "x": torch.zeros(2, 3)}]],  # trailing dims
+        [[{"input_ids": torch.tensor([1, 2]), "x": torch.zeros(2)}], [{"input_ids": torch.tensor([3])}]],
+    ],
+)
+def test_off_the_fused_path_the_batch_is_the_two_step_batch(packs, fast_calls):
+    assert_same(assemble_batch(packs), reference(packs))
+    assert fast_calls["fast"] == 0
+
+
+@pytest.mark.parametrize(
+    ("packs", "error", "match"),
+    [
+        ([], ValueError, "at least one pack"),
+        ([[]], ValueError, "at least one sequence"),
+        ([[{"input_ids": torch.tensor([], dtype=torch.int64)}]], ValueError, "sequence 0 is empty"),
+        ([[{"input_ids": torch.tensor([1.0, 2.0])}]], TypeError, "token ids are integers"),
+        ([[{"input_ids": torch.tensor([1, 2]), "labels": torch.tensor([1])}]], ValueError, "'labels' has 1 tokens"),
+        ([[{"input_ids": torch.tensor([1, 2]), "seq_idx": torch.tensor([1, 2])}]], ValueError, "packwise produces"),
+        ([[{"input_ids": torch.tensor([[1, 2]])}]], ValueError, "expected \\(L,\\)"),
+    ],
+)
+def test_bad_input_raises_the_two_step_error(packs, error, match):
+    with pytest.raises(error, match=match):
+        assemble_batch(packs)
+
+
+def test_pad_to_too_small_raises():
+    with pytest.raises(ValueError, match="pad_to=4"):
+        assemble_batch([[{"input_ids": torch.tensor([1, 2, 3, 4, 5])}]], pad_to=4)
+
+
+@st.composite
+def batches(draw):
+    labels = draw(st.booleans())
+    column = draw(st.sampled_from([None, torch.int64, torch.int32, torch.bool, torch.float32, "mixed"]))
+    packs = []
+    for _ in range(draw(st.integers(1, 4))):
+        pack = []
+        for _ in range(draw(st.integers(1, 4))):
+            n = draw(st.integers(1, 9))
+            s = {"input_ids": torch.tensor(draw(st.lists(st.integers(0, 999), min_size=n, max_size=n)))}
+            if labels:
+                s["labels"] = torch.tensor(draw(st.lists(st.integers(-100, 999), min_size=n, max_size=n)))
+            if column is not None:
+                dtype = draw(st.sampled_from([torch.int32, torch.float64])) if column == "mixed" else column
+                s["mm_token_type_ids"] = torch.arange(n).to(dtype)
+            pack.append(s)
+        packs.append(pack)
+    align = draw(st.sampled_from([1, 1, 2, 3, 8]))
+    longest = max(sum(-(-len(s["input_ids"]) // align) * align for s in p) for p in packs)
+    opts = {
+        "alignment": align,
+        "pad_to_multiple_of": draw(st.sampled_from([1, 1, 4, 16])),
+        "labels_shifted": draw(st.booleans()),
+        "position_offset": draw(st.sampled_from([0, 0, 2])),
+        "pad_token_id": draw(st.sampled_from([0, 7])),
+        "label_pad_id": draw(st.sampled_from([-100, -1])),
+    }
+    if draw(st.booleans()):
+        opts["pad_to"] = longest + draw(st.integers(0, 5))
+    if draw(st.booleans()):
+        opts["pad_values"] = {"mm_token_type_ids": 3}
+    return packs, opts
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=batches())
+def test_fused_equals_two_step(case):
+    """Random tensors, dtypes (mixed within a column too), alignment, pad_to, shifted labels, offsets: the
+    fused path answers every case and matches the two-step batch exactly."""
+    packs, opts = case
+    calls = {"fast": 0}
+    orig = fused_module._fast_thd
+    try:
+
+        def counting(*args):
+            out = orig(*args)
+            calls["fast"] += out is not None
+            return out
+
+        fused_module._fast_thd = counting
+        out = assemble_batch(packs, **opts)
+    finally:
+        fused_module._fast_thd = orig
+    assert calls["fast"] == 1
+    assert_same(out, reference(packs, **opts))
+
+
+def test_padded_layout_is_the_two_step_batch():
+    packs = [[{"input_ids": torch.tensor([1, 2, 3])}], [{"input_ids": torch.tensor([4])}]]
+    assert_same(assemble_batch(packs, layout="padded"), reference(packs, layout="padded"))

@@ -1,0 +1,49 @@
+"""The item-level BFD (small inputs, stream windows) gives the histogram engine's plan, element for element."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packwise.plan import plan_packs
+from packwise.plan._bfd_items import ITEM_PATH_MAX, plan_bfd_items
+from packwise.plan._engine import HistogramBuilder
+from packwise.plan._fit_decreasing import place_decreasing
+from tests.plan import reference as ref
+from tests.strategies import lengths_and_capacity
+
+
+def histogram_bfd(lengths, capacity, max_seqs):
+    builder = HistogramBuilder(np.asarray(lengths, dtype=np.int64), capacity)
+    return builder.finalize(place_decreasing(builder, max_seqs=max_seqs, policy="best"))
+
+
+def test_golden():
+    # C=8, sorted 6,5,4,3,2: 6 and 5 open packs 0 and 1 (free 2, 3); 4 opens pack 2; 3 goes to the
+    # tightest fit (pack 1, free 3); 2 to pack 0 (free 2).
+    order, offsets = plan_bfd_items(np.array([3, 5, 2, 6, 4]), 8, 1 << 62)
+    assert (order.tolist(), offsets.tolist()) == ([3, 2, 1, 0, 4], [0, 2, 4, 5])
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=lengths_and_capacity(max_n=80), max_seqs=st.sampled_from([1, 2, 3, 5, 1 << 62]))
+def test_item_path_equals_histogram_engine(case, max_seqs):
+    lengths, capacity = case
+    costs = np.asarray(lengths, dtype=np.int64)
+    order, offsets = plan_bfd_items(costs, capacity, max_seqs)
+    h_order, h_offsets = histogram_bfd(costs, capacity, max_seqs)
+    assert order.tolist() == h_order.tolist()
+    assert offsets.tolist() == h_offsets.tolist()
+    expected = ref.fit_decreasing(lengths, capacity, None if max_seqs > 1000 else max_seqs, best=True)
+    assert [order[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected
+
+
+def test_a_stream_sized_window_matches_and_plan_packs_takes_the_item_path():
+    rng = np.random.default_rng(0)
+    lengths = np.clip(np.rint(rng.lognormal(6.1, 1.1, 10_000)), 1, 4096).astype(np.int64)
+    order, offsets = histogram_bfd(lengths, 4096, 1 << 62)
+    plan = plan_packs(lengths, capacity=4096)
+    assert lengths.shape[0] <= ITEM_PATH_MAX
+    assert np.array_equal(plan.order, order) and np.array_equal(plan.offsets, offsets)
+    assert plan.num_packs == 1_866  # = L1 = ceil(sum / C): optimal
