@@ -128,7 +128,7 @@ def batches(draw):
             n = draw(st.integers(1, 9))
             s = {"input_ids": torch.tensor(draw(st.lists(st.integers(0, 999), min_size=n, max_size=n)))}
             if labels:
-                s["labels"] = torch.tensor(draw(st.lists(st.integers(-100, 999), min_size=n, max_size=n)))
+                s["labels"] = torch.tensor(draw(st.lists(st.just(-100) | st.integers(0, 999), min_size=n, max_size=n)))
             if column is not None:
                 dtype = draw(st.sampled_from([torch.int32, torch.float64])) if column == "mixed" else column
                 s["mm_token_type_ids"] = torch.arange(n).to(dtype)
