@@ -31,7 +31,11 @@ Usage::
         def preencode_sample(self, sample): ...   # -> an object with input_ids (and labels / loss_mask)
 
 Samples in the buffer must expose ``input_ids`` (and optionally ``labels``, ``loss_mask``,
-``position_ids``, media fields and a ``packing_key``).
+``position_ids``, media fields and a ``packing_key``). Do the tokenizing in ``preencode_sample``; with
+megatron-energon 7.4.1 an overridden ``postencode_sample`` makes ``restore_sample`` fail (its
+``PackingDataset.restore_sample`` unpacks a post-encoded member's key twice). Known Energon 7.4.1 issue: with
+``repeat=False``, a shuffle buffer and more than one worker, a restored loader replays a worker's epoch (any
+packer; training runs use ``repeat=True``, which restores exactly).
 """
 
 from __future__ import annotations
