@@ -226,6 +226,7 @@ def sequences(batch):
             seg += 1
 
 
+@pytest.mark.slow
 def test_media_reach_the_batch_in_step_and_match_the_sample_alone(dataset):
     root, rows = dataset
     seen, counts = [], {}
@@ -282,6 +283,7 @@ def _span_start(ids: torch.Tensor) -> int:
     return CAPACITY
 
 
+@pytest.mark.slow
 def test_drop_keeps_the_rest_of_the_buffer_and_counts(dataset):
     root, rows = dataset
     seen, counts = [], {}
@@ -296,6 +298,7 @@ def test_drop_keeps_the_rest_of_the_buffer_and_counts(dataset):
     assert counts["media_dropped"] == 4
 
 
+@pytest.mark.slow
 def test_error_is_raised_not_swallowed_by_energons_handler(dataset):
     root, _ = dataset
     with pytest.raises(FatalSampleError, match=r"tokens > packing_capacity 256"):
