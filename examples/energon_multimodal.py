@@ -205,6 +205,8 @@ def run_energon(workdir: Path, *, capacity: int, cp: int, rope: str, overflow: s
         "alignment": alignment, "samples": samples, "packs": packs, "real_tokens": real,
         "utilisation": round(real / (packs * capacity), 4), "samples_per_s": round(samples / seconds, 1),
         "seconds": round(seconds, 2), "overflow": counts,
+        # buffers / samples / packs seen by this process's encoder (the workers' own copies when --workers > 0)
+        "encoder_counts": {k: encoder.packing_counts[k] for k in ("buffers", "samples", "packs")} if not workers else None,
     }  # fmt: skip
 
 
