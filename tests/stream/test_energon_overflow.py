@@ -41,6 +41,10 @@ def test_spans_cover_markers_and_match_the_media():
     bad = {**sample(), "image_grid_thw": torch.tensor([[1, 4, 4]])}
     with pytest.raises(ValueError, match="2 image placeholder run"):
         check_media(bad, spans, merge_size=2, where="s")
+    check_media(sample(), spans, merge_size=2, where="s", media_tokens=QWEN_MEDIA_TOKENS)
+    wrong = {**sample(), "image_grid_thw": torch.tensor([[1, 4, 4], [1, 4, 2]])}  # image 1 needs 2 tokens, has 1
+    with pytest.raises(ValueError, match=r"image 1 has 1 placeholder tokens but its grid \[1, 4, 2\] needs 2"):
+        check_media(wrong, spans, merge_size=2, where="s", media_tokens=QWEN_MEDIA_TOKENS)
 
 
 def test_cuts_move_before_spans_and_slices_keep_whole_media():

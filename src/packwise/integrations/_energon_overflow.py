@@ -59,14 +59,25 @@ def media_spans(ids: np.ndarray, media_tokens: Mapping[str, int], bounds: Sequen
     return sorted(spans)
 
 
-def check_media(fields: Mapping, spans: list, *, merge_size: int, where: str) -> None:
-    """Raise ``ValueError`` when the media items disagree with the placeholder runs (count, or tokens per
-    image/video ``t·h·w / merge²``)."""
+def check_media(
+    fields: Mapping, spans: list, *, merge_size: int, where: str, media_tokens: Mapping | None = None
+) -> None:
+    """Raise ``ValueError`` when the media items disagree with the placeholder runs: their count, or (with
+    ``media_tokens``) the placeholder tokens of each image/video, ``t·h·w / merge²``."""
     for kind, (grid_name, _, item_fields) in MEDIA_BY_KIND.items():
         runs = [s for s in spans if s[2] == kind]
         if grid_name is not None:
             grid = fields.get(grid_name)
             items = 0 if grid is None else int(grid.shape[0])
+            if media_tokens is not None and items == len(runs):
+                ids = fields["input_ids"]
+                for k, ((s, e, _), g) in enumerate(zip(runs, torch.as_tensor(grid).reshape(-1, 3).tolist())):
+                    got, need = int((ids[s:e] == media_tokens[kind]).sum()), int(np.prod(g)) // merge_size**2
+                    if got != need:
+                        raise ValueError(
+                            f"{where}: {kind} {k} has {got} placeholder tokens but its grid {g} needs {need} "
+                            f"(t·h·w / merge_size²); the tokens and {grid_name} disagree"
+                        )
         else:
             present = [fields[f] for f in item_fields if fields.get(f) is not None]
             items = int(present[0].shape[0]) if present else 0

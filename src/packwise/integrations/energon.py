@@ -137,9 +137,13 @@ class PackwiseTaskEncoderMixin:
         n = self.packing_length(sample)
         counts = zero_counts()
         fields = self._fields(sample)
+        where = f"sample {sample.__key__!r}"
+        if any(k in fields for k in MEDIA_KEYS):  # every media sample: items agree with their tokens
+            spans = media_spans(fields["input_ids"].cpu().numpy(), self.packing_media_tokens, self.packing_media_bounds)
+            check_media(fields, spans, merge_size=self.packing_merge_size, where=where,
+                        media_tokens=self.packing_media_tokens)  # fmt: skip
         if n <= limit:
             return [fields], counts
-        where = f"sample {sample.__key__!r}"
         policy = self.packing_overflow
         if policy == "error":
             raise ValueError(
@@ -148,7 +152,7 @@ class PackwiseTaskEncoderMixin:
             )
         ids = fields["input_ids"].cpu().numpy()
         spans = media_spans(ids, self.packing_media_tokens, self.packing_media_bounds)
-        check_media(fields, spans, merge_size=self.packing_merge_size, where=where)
+        check_media(fields, spans, merge_size=self.packing_merge_size, where=where)  # a text-only sample's media
         cuts = [] if policy == "drop" else cut_points(n, limit, spans, split=policy == "split")
         if not cuts or (policy == "split" and cuts[-1][1] < n):  # dropped, or a span longer than the limit
             counts.update(samples_dropped=1, tokens_dropped=n, loss_tokens_dropped=loss_tokens(fields, 0, n))
