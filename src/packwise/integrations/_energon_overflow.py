@@ -69,7 +69,7 @@ def check_media(
         if grid_name is not None:
             grid = fields.get(grid_name)
             items = 0 if grid is None else int(grid.shape[0])
-            if media_tokens is not None and items == len(runs):
+            if media_tokens is not None and grid is not None and items == len(runs):
                 ids = fields["input_ids"]
                 for k, ((s, e, _), g) in enumerate(zip(runs, torch.as_tensor(grid).reshape(-1, 3).tolist())):
                     got, need = int((ids[s:e] == media_tokens[kind]).sum()), int(np.prod(g)) // merge_size**2
