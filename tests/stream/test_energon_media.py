@@ -363,3 +363,20 @@ def test_text_only_pack_first_keeps_token_columns_tensors():
     batch = enc.batch(packs)
     assert batch["mm_token_type_ids"].tolist() == [[0] * 16 + [0, 0, 1, 1, 1, 1, 0, 0]]
     assert batch["pixel_values"].shape == (16, 1176) and batch["image_grid_thw"].tolist() == [[1, 4, 4]]
+
+
+def test_a_buffer_of_only_unfittable_samples_is_dropped_loudly_and_counted():
+    def long(key: str) -> MediaSample:
+        ids = torch.arange(CAPACITY + 5)
+        return MediaSample(__key__=key, __restore_key__=(), input_ids=ids, labels=ids, mm_token_type_ids=None,
+                           position_ids=None, pixel_values=None, image_grid_thw=None, input_features=None,
+                           feature_attention_mask=None)  # fmt: skip
+
+    enc = OmniEncoder("drop")
+    with pytest.warns(UserWarning, match="every one of 2 samples .* is dropped"):
+        assert enc.select_samples_to_pack([long("a"), long("b")]) == []
+    counts = enc.packing_counts
+    assert (counts["buffers"], counts["samples_dropped"], counts["tokens_dropped"]) == (1, 2, 2 * (CAPACITY + 5))
+    enc = OmniEncoder("error")
+    with pytest.raises(FatalSampleError, match=r"sample 'a' has 261 tokens > packing_capacity 256"):
+        enc.select_samples_to_pack([long("a")])
