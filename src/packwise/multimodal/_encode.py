@@ -40,6 +40,15 @@ def encode_media_chat(
 
     Raises:
         ValueError: more or fewer media parts than ``images`` / ``audios``, or an unknown part type.
+
+    Example:
+        >>> from PIL import Image
+        >>> from packwise.tokenize import load_tokenizer
+        >>> chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
+        ...         {"role": "assistant", "content": "Grey."}]
+        >>> f = encode_media_chat(chat, load_tokenizer("qwen2.5"), images=[Image.new("RGB", (56, 56))])
+        >>> int((f["mm_token_type_ids"] == 1).sum()), f["image_grid_thw"].tolist(), tuple(f["pixel_values"].shape)
+        (4, [[1, 4, 4]], (16, 1176))
     """
     import torch
 
