@@ -42,6 +42,8 @@ NON_TOKEN_KEYS = frozenset(
         "pixel_values_videos",
         "video_grid_thw",
         "second_per_grid_ts",
+        "input_features",
+        "feature_attention_mask",
         "cp_size",
         "cp_rank",
     }

@@ -9,8 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-#: Per-sample tensors that are not per token (images, videos): concatenated in sequence order, not padded.
-MEDIA_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+#: Per-sample tensors that are not per token (images, videos, audio clips): concatenated in sequence order, not
+#: padded. Audio: ``input_features (clips, mel, frames)`` and ``feature_attention_mask (clips, frames)``.
+MEDIA_KEYS = (
+    "pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "input_features",
+    "feature_attention_mask",
+)  # fmt: skip
 RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *MEDIA_KEYS)
 #: Names the assembler and collator produce: a per-token column may not take them.
 PRODUCED = (

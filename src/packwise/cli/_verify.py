@@ -18,7 +18,10 @@ MAX_DOCS = 64  # documents per verify run: each runs alone 4 times per path
 
 def verify(
     model: Annotated[
-        str, typer.Option(help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | smollm2 | PATH (HF dir or .gguf)")
+        str,
+        typer.Option(
+            help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | tiny-qwen2.5-omni | smollm2 | PATH (HF dir or .gguf)"
+        ),
     ] = "tiny-llama",
     attn: Annotated[
         str, typer.Option(help="Comma list of packwise paths: eager,sdpa,flex,packwise")
@@ -68,6 +71,10 @@ def verify(
         from ..verify._models import load_multimodal_documents
 
         docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
+    elif model == "tiny-qwen2.5-omni":  # text-only, image, audio and image + audio documents in one pack
+        from ..verify._models import load_omni_documents
+
+        docs = load_omni_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
     else:
         vocab = net.get_input_embeddings().num_embeddings
         docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens, vocab_size=vocab)

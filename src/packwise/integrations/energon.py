@@ -1,11 +1,26 @@
 """Megatron-Energon: a task-encoder mixin whose packing hooks are packwise's planner and assembler.
 
 Energon calls ``select_samples_to_pack(buffer)`` on a full packing buffer and then
-``pack_selected_samples(group)`` per group. Energon does not check the returned partition — a selector
-that leaves a sample out silently drops it — so this mixin proves every index is used exactly once, and
-groups samples by a compatibility key (tokenizer/template fingerprint, modality) so incompatible samples
-never share a pack. Plans use aligned costs (``packing_alignment``, see
-``packwise.plan.alignment_multiple``); the pack and batch tensors come from ``packwise.assemble``.
+``pack_selected_samples(group)`` per group (and again, on the restored members, for ``restore_sample`` and
+after a loader-state restore). Energon does not check the returned partition — a selector that leaves a
+sample out silently drops it — so this mixin proves every index is used exactly once, and groups samples by
+a compatibility key (tokenizer/template fingerprint) so incompatible samples never share a pack. Plans use
+aligned costs (``packing_alignment``, see ``packwise.plan.alignment_multiple``); the pack and batch tensors
+come from ``packwise.assemble``.
+
+Media: a buffered sample may carry images (``pixel_values``, ``image_grid_thw``), videos
+(``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``), audio clips (``input_features``,
+``feature_attention_mask``) and per-token columns (``mm_token_type_ids`` and ``packing_columns``); all of
+them reach the batch. A text-only sample packed with image samples gets ``mm_token_type_ids`` of zeros, and
+``collate_packs`` fills a column batch-wide, so pack order never turns a per-token column into a list.
+
+Overflow (``packing_overflow``, as the offline pipeline): ``truncate`` (default) keeps the head, ``split``
+cuts into pieces (each piece is its own pack), ``drop`` removes the sample, ``error`` raises. A cut never
+falls inside an image/video/audio span (see ``_energon_overflow``). Every change is counted per pack
+(``batch["packing_counts"]``) and per worker (``encoder.packing_counts``). The decision is a pure function
+of the sample, made again by ``pack_selected_samples``, so ``restore_sample`` and loader-state restore
+rebuild identical packs. Energon's error handler logs and *drops* the buffer on an exception; every
+exception here is re-raised as Energon's ``FatalSampleError``, which the handler does not swallow.
 
 Usage::
 
@@ -16,30 +31,43 @@ Usage::
         def preencode_sample(self, sample): ...   # -> an object with input_ids (and labels / loss_mask)
 
 Samples in the buffer must expose ``input_ids`` (and optionally ``labels``, ``loss_mask``,
-``position_ids`` and a ``packing_key``).
+``position_ids``, media fields and a ``packing_key``). Do the tokenizing in ``preencode_sample``; with
+megatron-energon 7.4.1 an overridden ``postencode_sample`` makes ``restore_sample`` fail (its
+``PackingDataset.restore_sample`` unpacks a post-encoded member's key twice). Known Energon 7.4.1 issue: with
+``repeat=False``, a shuffle buffer and more than one worker, a restored loader replays a worker's epoch (any
+packer; training runs use ``repeat=True``, which restores exactly).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from megatron.energon import Sample, stateless
+from megatron.energon.errors import FatalSampleError
 
 from ..assemble import PackedSequence, assemble_pack, collate_packs
+from ..assemble._columns import MEDIA_KEYS
 from ..plan import plan_packs
+from ._energon_overflow import check_media, cut_points, loss_tokens, media_spans, slice_sample, zero_counts
 
 SEQUENCE_FIELDS = ("input_ids", "labels", "loss_mask", "position_ids")
+#: Qwen2.5-VL / Qwen2.5-Omni placeholder token ids and span markers (vision start/end, audio bos/eos).
+QWEN_MEDIA_TOKENS = {"image": 151655, "video": 151656, "audio": 151646}
+QWEN_MEDIA_BOUNDS = (151652, 151653, 151647, 151648)
 
 
 @dataclass
 class PackedSample(Sample):
-    """An Energon sample holding one packwise pack and the keys of its members (in pack order)."""
+    """An Energon sample holding one packwise pack, the keys of its members (in pack order) and the overflow
+    counts of its members (``packing_counts``)."""
 
     pack: PackedSequence
     keys: list
+    packing_counts: dict = field(default_factory=zero_counts)
 
 
 class PackwiseTaskEncoderMixin:
@@ -47,7 +75,14 @@ class PackwiseTaskEncoderMixin:
 
     Class attributes (override in the subclass): ``packing_capacity`` (tokens per pack, required),
     ``packing_algorithm`` (default ``best_fit_decreasing``), ``packing_alignment`` (default 1),
-    ``packing_seed`` (default 0), ``packing_algorithm_options`` (default ``{}``).
+    ``packing_seed`` (default 0), ``packing_algorithm_options`` (default ``{}``), ``packing_overflow``
+    (``truncate`` | ``split`` | ``drop`` | ``error``, default ``truncate``), ``packing_columns`` (per-token
+    columns carried besides ``mm_token_type_ids``), ``packing_media_tokens`` / ``packing_media_bounds``
+    (placeholder and marker token ids; Qwen2.5 defaults), ``packing_merge_size`` (vision tokens per
+    ``merge²`` patches, 2).
+
+    ``packing_counts`` (per process: the worker's own encoder copy) sums ``buffers``, ``samples``, ``packs``
+    and the overflow counts; every batch carries the counts of its own packs in ``batch["packing_counts"]``.
     """
 
     packing_capacity: int = 0
@@ -55,6 +90,18 @@ class PackwiseTaskEncoderMixin:
     packing_alignment: int = 1
     packing_seed: int = 0
     packing_algorithm_options: dict = {}  # noqa: RUF012 - read-only default
+    packing_overflow: str = "truncate"
+    packing_columns: tuple = ()
+    packing_media_tokens: dict = QWEN_MEDIA_TOKENS
+    packing_media_bounds: tuple = QWEN_MEDIA_BOUNDS
+    packing_merge_size: int = 2
+
+    @property
+    def packing_counts(self) -> dict:
+        counts = self.__dict__.get("_packwise_counts")
+        if counts is None:
+            counts = self.__dict__["_packwise_counts"] = {"buffers": 0, "samples": 0, "packs": 0, **zero_counts()}
+        return counts
 
     def packing_length(self, sample) -> int:
         """Tokens of a buffered sample (default ``len(sample.input_ids)``)."""
@@ -64,49 +111,202 @@ class PackwiseTaskEncoderMixin:
         """Compatibility key; only samples with equal keys share a pack (default ``sample.packing_key``)."""
         return getattr(sample, "packing_key", None)
 
+    # ------------------------------------------------------------------ overflow (a pure function of a sample)
+    def _limit(self) -> int:
+        if not self.packing_capacity:
+            raise ValueError(f"{type(self).__name__}.packing_capacity is not set (tokens per pack)")
+        if self.packing_overflow not in ("truncate", "split", "drop", "error"):
+            raise ValueError(
+                f"{type(self).__name__}.packing_overflow={self.packing_overflow!r}; use truncate, split, drop or error"
+            )
+        a = self.packing_alignment
+        limit = self.packing_capacity // a * a
+        if limit < 1:
+            raise ValueError(f"packing_alignment {a} > packing_capacity {self.packing_capacity}")
+        return limit
+
+    def _token_names(self) -> tuple:
+        return (*SEQUENCE_FIELDS, "mm_token_type_ids", *self.packing_columns)
+
+    def _fields(self, sample) -> dict:
+        names = (*self._token_names(), *MEDIA_KEYS)
+        return {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+
+    def _fit(self, sample, limit: int) -> tuple[list[dict], dict]:
+        """``([fields of each kept piece], counts)`` for one sample under the overflow policy."""
+        n = self.packing_length(sample)
+        counts = zero_counts()
+        fields = self._fields(sample)
+        where = f"sample {sample.__key__!r}"
+        if any(k in fields for k in MEDIA_KEYS):  # every media sample: items agree with their tokens
+            spans = media_spans(fields["input_ids"].cpu().numpy(), self.packing_media_tokens, self.packing_media_bounds)
+            check_media(fields, spans, merge_size=self.packing_merge_size, where=where,
+                        media_tokens=self.packing_media_tokens)  # fmt: skip
+        if n <= limit:
+            return [fields], counts
+        policy = self.packing_overflow
+        if policy == "error":
+            raise ValueError(
+                f"{where} has {n} tokens > packing_capacity {self.packing_capacity} (alignment "
+                f"{self.packing_alignment}); set packing_overflow to truncate, split or drop, or raise the capacity"
+            )
+        ids = fields["input_ids"].cpu().numpy()
+        spans = media_spans(ids, self.packing_media_tokens, self.packing_media_bounds)
+        check_media(fields, spans, merge_size=self.packing_merge_size, where=where)  # a text-only sample's media
+        cuts = [] if policy == "drop" else cut_points(n, limit, spans, split=policy == "split")
+        if not cuts or (policy == "split" and cuts[-1][1] < n):  # dropped, or a span longer than the limit
+            counts.update(samples_dropped=1, tokens_dropped=n, loss_tokens_dropped=loss_tokens(fields, 0, n))
+            counts["media_dropped"] = len(spans)
+            return [], counts
+        pieces = []
+        for s, e in cuts:
+            piece, dropped = slice_sample(fields, s, e, spans, self._token_names())
+            counts["media_dropped"] += dropped
+            pieces.append(piece)
+        if policy == "truncate":
+            kept = cuts[0][1]
+            counts.update(
+                samples_truncated=1, tokens_truncated=n - kept, loss_tokens_truncated=loss_tokens(fields, kept, n)
+            )
+        else:
+            counts.update(samples_split=1, pieces_added=len(cuts) - 1)
+        return pieces, counts
+
+    # ------------------------------------------------------------------ Energon hooks
     def select_samples_to_pack(self, samples: list) -> list[list]:
         """Plan the buffer with packwise, per compatibility group; every sample is used exactly once.
 
+        Over-long samples: ``truncate`` plans the kept head; ``split`` puts the sample alone (its pieces
+        become packs); ``drop`` and unfittable samples ride along in the first group, where
+        ``pack_selected_samples`` leaves them out and counts them. A buffer in which nothing fits is
+        dropped with a warning (and counted).
+
         Raises:
-            ValueError: ``packing_capacity`` not set, or a sample longer than the capacity (after alignment).
+            FatalSampleError: ``packing_capacity`` not set, ``packing_overflow='error'`` with a sample over the
+                capacity, media that disagree with their placeholder tokens — Energon re-raises it.
         """
-        if not self.packing_capacity:
-            raise ValueError(f"{type(self).__name__}.packing_capacity is not set (tokens per pack)")
-        groups: dict[Hashable, list[int]] = {}
+        try:
+            return self._select(samples)
+        except FatalSampleError:
+            raise
+        except Exception as e:
+            raise FatalSampleError(f"packwise select_samples_to_pack ({len(samples)} samples): {e}") from e
+
+    def _select(self, samples: list) -> list[list]:
+        limit = self._limit()
+        counts = self.packing_counts
+        counts["buffers"] += 1
+        groups: dict[Hashable, list[tuple[int, int]]] = {}
+        alone, riders = [], []
         for i, s in enumerate(samples):
-            groups.setdefault(self.packing_key(s), []).append(i)
-        out: list[list] = []
-        used = np.zeros(len(samples), dtype=np.int64)
+            n = self.packing_length(s)
+            if n > limit:
+                pieces, _ = self._fit(s, limit)
+                if not pieces:
+                    riders.append(i)
+                    continue
+                if len(pieces) > 1:
+                    alone.append(i)
+                    continue
+                n = len(pieces[0]["input_ids"])
+            groups.setdefault(self.packing_key(s), []).append((i, n))
+        out: list[list[int]] = []
         for members in groups.values():
-            lengths = np.asarray([self.packing_length(samples[i]) for i in members], dtype=np.int64)
+            lengths = np.asarray([n for _, n in members], dtype=np.int64)
             plan = plan_packs(
                 lengths, capacity=self.packing_capacity, algorithm=self.packing_algorithm, seed=self.packing_seed,
                 alignment=self.packing_alignment, **self.packing_algorithm_options,
             )  # fmt: skip
-            for pack in plan.packs():
-                idx = [members[j] for j in pack.tolist()]
-                used[idx] += 1
-                out.append([samples[i] for i in idx])
-        if not (used == 1).all():  # an internal invariant: Energon would silently drop or repeat samples
+            out += [[members[j][0] for j in pack.tolist()] for pack in plan.packs()]
+        out += [[i] for i in alone]
+        if riders:
+            if out:
+                out[0] += riders
+            else:
+                warnings.warn(
+                    f"packwise: every one of {len(samples)} samples in an Energon packing buffer is over "
+                    f"packing_capacity {self.packing_capacity} and cannot be kept "
+                    f"(overflow={self.packing_overflow!r}); the buffer is dropped (counted in packing_counts)",
+                    stacklevel=2,
+                )
+                for i in riders:
+                    self._count(self._fit(samples[i], limit)[1])
+        used = np.zeros(len(samples), dtype=np.int64)
+        for group in out:
+            used[group] += 1
+        if not (used == 1).all() and out:  # an internal invariant: Energon would silently drop or repeat samples
             raise RuntimeError(f"packwise internal error: samples used {used.tolist()} times")
-        return out
+        return [[samples[i] for i in group] for group in out]
+
+    def _count(self, delta: dict) -> None:
+        for k, v in delta.items():
+            self.packing_counts[k] += v
 
     @stateless
-    def pack_selected_samples(self, samples: list) -> PackedSample:
-        """One pack from a selected group, assembled by :func:`packwise.assemble.assemble_pack`."""
-        seqs = [
-            {f: _tensor(getattr(s, f)) for f in SEQUENCE_FIELDS if getattr(s, f, None) is not None} for s in samples
-        ]
-        pack = assemble_pack(seqs, alignment=self.packing_alignment)
-        return PackedSample.derive_from(
-            samples[0], __key__="+".join(str(s.__key__) for s in samples), __restore_key__=(), pack=pack,
-            keys=[s.__key__ for s in samples],
-        )  # fmt: skip
+    def pack_selected_samples(self, samples: list):
+        """Yield the pack(s) of a selected group, assembled by :func:`packwise.assemble.assemble_pack`.
 
+        Members over the capacity get the overflow policy again (a pure function: a restored pack is
+        identical); a split member yields one pack per piece.
+
+        Raises:
+            FatalSampleError: anything that fails, so Energon cannot drop the group silently.
+        """
+        try:
+            yield from self._packs(samples)
+        except FatalSampleError:
+            raise
+        except Exception as e:
+            keys = [getattr(s, "__key__", None) for s in samples]
+            raise FatalSampleError(f"packwise pack_selected_samples (samples {keys}): {e}") from e
+
+    def _packs(self, samples: list):
+        limit = self._limit()
+        counts = zero_counts()
+        members, keys, split = [], [], []
+        for s in samples:
+            pieces, delta = self._fit(s, limit)
+            for k, v in delta.items():
+                counts[k] += v
+            if len(pieces) > 1:
+                split.append((s, pieces))
+            elif pieces:
+                members.append(pieces[0])
+                keys.append(s.__key__)
+        self._count(counts)
+        self.packing_counts["samples"] += len(samples)
+        first = True
+        if members:
+            yield self._packed(samples[0], members, keys, counts)
+            first = False
+        for s, pieces in split:
+            for k, piece in enumerate(pieces):
+                yield self._packed(s, [piece], [f"{s.__key__}#{k}"], counts if first else zero_counts())
+                first = False
+
+    def _packed(self, head, members: list[dict], keys: list, counts: dict) -> PackedSample:
+        names = {k for m in members for k in m if k not in MEDIA_KEYS}
+        for col in ("mm_token_type_ids", *self.packing_columns):  # text-only members get zeros
+            if col in names:
+                for m in members:
+                    if col not in m:
+                        ref = next(x[col] for x in members if col in x)
+                        m[col] = torch.zeros((len(m["input_ids"]), *ref.shape[1:]), dtype=ref.dtype)
+        pack = assemble_pack(members, alignment=self.packing_alignment)
+        self.packing_counts["packs"] += 1
+        return PackedSample.derive_from(
+            head, __key__="+".join(str(k) for k in keys), pack=pack, keys=keys, packing_counts=dict(counts)
+        )
+
+    @stateless
     def batch(self, samples: Sequence[PackedSample]) -> dict:
-        """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``."""
+        """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``, the
+        packs' ``packing_counts`` (summed) and ``__restore_key__`` (for ``loader.restore_sample``)."""
         batch = collate_packs([s.pack for s in samples])
         batch["keys"] = [s.keys for s in samples]
+        batch["pack_restore_keys"] = [s.__restore_key__ for s in samples]
+        batch["packing_counts"] = {k: sum(s.packing_counts[k] for s in samples) for k in zero_counts()}
+        batch["__restore_key__"] = ()
         return batch
 
 

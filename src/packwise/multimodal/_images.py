@@ -107,8 +107,14 @@ def process_images(paths: list, spec: VisionSpec, where: str = "pack"):
     if not paths:
         width = 3 * spec.temporal_patch_size * spec.patch_size**2
         return torch.zeros(0, width), torch.zeros(0, 3, dtype=torch.int64)
-    images = [load_image(p, where) for p in paths]
-    out = spec.processor()(images=images, return_tensors="np")
+    return process_images_in_memory([load_image(p, where) for p in paths], spec)
+
+
+def process_images_in_memory(images: list, spec: VisionSpec):
+    """:func:`process_images` for RGB ``PIL.Image`` objects already in memory (an Energon sample's)."""
+    import torch
+
+    out = spec.processor()(images=[im.convert("RGB") for im in images], return_tensors="np")
     return torch.from_numpy(np.asarray(out["pixel_values"], dtype=np.float32)), torch.from_numpy(
         np.asarray(out["image_grid_thw"], dtype=np.int64)
     )

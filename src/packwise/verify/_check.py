@@ -58,7 +58,7 @@ class EquivalenceReport:
         return asdict(self)
 
 
-MEDIA = ("pixel_values", "image_grid_thw")
+MEDIA = ("pixel_values", "image_grid_thw", "input_features", "feature_attention_mask")
 
 
 def _docs(sequences) -> list[dict]:
@@ -81,9 +81,18 @@ def _docs(sequences) -> list[dict]:
     if any("mm_token_type_ids" in d for d in docs):  # MRoPE positions per document (transformers' own code)
         from ..multimodal import mrope_position_ids
 
+        omni = any("input_features" in d for d in docs)  # audio: Qwen2.5-Omni's rope index (h18)
         for d in docs:
             mm = d.setdefault("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
-            d["position_ids"] = mrope_position_ids(d["input_ids"], mm, d.get("image_grid_thw", torch.zeros(0, 3)))
+            if omni:
+                from ..multimodal import omni_position_ids
+
+                d["position_ids"] = omni_position_ids(
+                    d["input_ids"], image_grid_thw=d.get("image_grid_thw"),
+                    feature_attention_mask=d.get("feature_attention_mask"),
+                )  # fmt: skip
+            else:
+                d["position_ids"] = mrope_position_ids(d["input_ids"], mm, d.get("image_grid_thw", torch.zeros(0, 3)))
     if len(docs) < 2:
         raise ValueError(f"check_equivalence needs at least 2 documents, got {len(docs)}")
     return docs
@@ -101,6 +110,8 @@ def _alone_batch(d: dict) -> dict:
     batch = {"input_ids": d["input_ids"][None]}
     if "mm_token_type_ids" in d:
         batch["mm_token_type_ids"] = d["mm_token_type_ids"][None]
+        # all ones (no padding): Qwen2.5-Omni's thinker computes other rope positions without a mask (h18)
+        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
     batch.update({k: d[k] for k in MEDIA if k in d})
     return batch
 

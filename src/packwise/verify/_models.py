@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl")
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl", "tiny-qwen2.5-omni")
 #: Test images from scikit-image's sample data (shipped with the package, no download).
 SAMPLE_IMAGES = ("astronaut", "coffee", "chelsea")
 
@@ -59,6 +59,8 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
 
     if spec in TINY:
         tok = load_tokenizer("qwen2.5")
+        if spec == OMNI:  # text + image + audio (block at the end of this module)
+            return tiny_omni_model(len(tok), seed=seed), tok
         torch.manual_seed(seed)
         config = tiny_config(spec, len(tok), **tiny_overrides)
         if spec == "tiny-qwen2.5-vl":
@@ -183,5 +185,74 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
             doc["pixel_values"], doc["image_grid_thw"] = process_images([p for p, _ in s.media[i]], spec)
         elif b - a > max_tokens:
             doc = {k: v[:max_tokens] for k, v in doc.items()}
+        docs.append(doc)
+    return docs
+
+
+# --- tiny-qwen2.5-omni (audio + image + text; added with the Energon multimodal work) -------------------------
+OMNI = "tiny-qwen2.5-omni"
+
+
+def tiny_omni_model(vocab_size: int, *, seed: int = 0):
+    """A random-init ``Qwen2_5OmniThinkerForConditionalGeneration`` (2 text layers, hidden 64; 1-layer vision
+    and audio encoders), fp32, eval mode — the thinker of Qwen2.5-Omni, which reads text, images and audio."""
+    from transformers.models.qwen2_5_omni import Qwen2_5OmniThinkerConfig, Qwen2_5OmniThinkerForConditionalGeneration
+
+    hidden = 64
+    text = dict(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=8192,
+        rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6},
+    )  # fmt: skip
+    audio = dict(
+        d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, num_mel_bins=128,
+        output_dim=hidden, n_window=100, max_source_positions=1500,
+    )  # fmt: skip
+    vision = dict(
+        depth=1, hidden_size=32, out_hidden_size=hidden, num_heads=2, intermediate_size=64, fullatt_block_indexes=[0],
+        window_size=56, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+    )  # fmt: skip
+    config = Qwen2_5OmniThinkerConfig(text_config=text, audio_config=audio, vision_config=vision)
+    if getattr(config, "vision_start_token_id", None) is None:  # read by get_rope_index; released configs set it
+        config.vision_start_token_id = 151652
+    torch.manual_seed(seed)
+    return Qwen2_5OmniThinkerForConditionalGeneration(config).to(torch.float32).eval()
+
+
+def load_omni_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels: int = 112 * 112) -> list[dict]:
+    """Text-only, image, audio and image + audio documents in turn (scikit-image photos; 16 kHz chirps of
+    0.5-1.25 s -> 13-32 audio tokens), built by :func:`packwise.multimodal.encode_media_chat` with Omni MRoPE.
+    Text-only documents are cut to ``max_tokens``; media documents are short and kept whole."""
+    import numpy as np
+    from PIL import Image
+
+    try:
+        from skimage import data as samples
+    except ImportError:
+        raise ValueError("the image documents are scikit-image sample photos: pip install 'packwise[images]'") from None
+    from ..multimodal import VisionSpec, encode_media_chat
+    from ..pipeline._demo import chitchat_conversations
+
+    spec, convs, docs = VisionSpec(max_pixels=max_pixels), chitchat_conversations(), []
+    for i in range(num_docs):
+        kind = ("text", "image", "audio", "both")[i % 4]
+        images, audios, parts = [], [], []
+        if kind in ("image", "both"):
+            images.append(Image.fromarray(getattr(samples, SAMPLE_IMAGES[i % len(SAMPLE_IMAGES)])()).resize((112, 112)))
+            parts.append({"type": "image"})
+        if kind in ("audio", "both"):
+            t = np.arange(int(16000 * (0.5 + 0.25 * (i % 4)))) / 16000
+            audios.append((0.3 * np.sin(2 * np.pi * (300 + 40 * i + 200 * t) * t)).astype(np.float32))
+            parts.append({"type": "audio"})
+        if kind == "text":
+            messages = convs[i][:4]
+        else:
+            parts.append({"type": "text", "text": f"What is in document {i}?"})
+            messages = [{"role": "user", "content": parts}, {"role": "assistant", "content": f"Document {i}."}]
+        doc = encode_media_chat(messages, tokenizer, images=images, audios=audios, vision=spec, rope="qwen2_5_omni")
+        if kind == "text":
+            doc = {k: doc[k][..., :max_tokens] for k in ("input_ids", "labels", "mm_token_type_ids")}
+        else:
+            del doc["position_ids"]  # check_equivalence computes positions per document
         docs.append(doc)
     return docs

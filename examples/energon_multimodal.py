@@ -1,0 +1,263 @@
+"""Energon-owned multimodal packing for a Megatron consumer with context parallelism — and the offline equivalent.
+
+    python examples/energon_multimodal.py --recipe qwen2.5-vl --cp 2              # image chats
+    python examples/energon_multimodal.py --recipe omni --cp 2                    # image + audio chats
+    python examples/energon_multimodal.py --recipe qwen2.5-vl --samples 64 --long 4   # with over-long samples
+
+What it does:
+
+1. writes ``--samples`` chats to ``--workdir``: chitchat questions with real photos (scikit-image) and, for
+   ``omni``, speech-like chirps (wav) — as WebDataset tar shards prepared with ``energon prepare`` and, for
+   ``qwen2.5-vl``, as the same rows in JSONL with the PNG files beside it;
+2. Energon path: a ``TaskEncoder`` with :class:`packwise.integrations.energon.PackwiseTaskEncoderMixin`
+   tokenizes each chat (``packwise.multimodal.encode_media_chat``: Qwen2.5-VL image tokens, Qwen2.5-Omni
+   audio tokens, MRoPE from transformers' rope index) and packs every buffer; the alignment comes from the
+   topology (``packwise.plan.alignment_multiple(cp=--cp)``) so every sequence splits evenly over the CP
+   ranks; each batch becomes megatron-core ``PackedSeqParams`` and is sharded per CP rank;
+3. offline path (``qwen2.5-vl``): ``packwise pack`` on the JSONL with the same capacity and alignment;
+4. prints the packing report of each: utilisation, packs, samples/s, overflow counts.
+
+The last line printed is one JSON object: ``{"energon": {...}, "offline": {...} | null}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import time
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from megatron.energon import (
+    Cooker,
+    DefaultTaskEncoder,
+    Sample,
+    WorkerConfig,
+    basic_sample_keys,
+    get_loader,
+    get_train_dataset,
+    stateless,
+)
+
+from packwise.assemble import shard_for_context_parallel, to_packed_seq_params
+from packwise.integrations.energon import PackwiseTaskEncoderMixin
+from packwise.multimodal import AudioSpec, VisionSpec, encode_media_chat, load_audio
+from packwise.plan import alignment_multiple
+
+VISION = VisionSpec(max_pixels=224 * 224)  # small photos keep the example fast on a CPU
+PHOTOS = ("astronaut", "coffee", "chelsea", "camera", "rocket")
+
+
+def chirp(seconds: float, freq: float) -> bytes:
+    """A 16 kHz mono chirp as wav bytes (speech-like stand-in; ``espeak-ng -w out.wav "text"`` for real speech)."""
+    t = np.arange(int(16000 * seconds)) / 16000
+    pcm = (0.3 * np.sin(2 * np.pi * (freq + 300 * t) * t) * 32767).astype("<i2")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
+def photo(name: str, size: int) -> bytes:
+    from PIL import Image
+    from skimage import data
+
+    img = getattr(data, name)()
+    img = np.stack([img] * 3, -1) if img.ndim == 2 else img[..., :3]
+    buf = io.BytesIO()
+    Image.fromarray(img).resize((size, size * 3 // 4)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def make_data(workdir: Path, *, recipe: str, samples: int, long: int) -> None:
+    """Tar shards (+ ``energon prepare``) and, for qwen2.5-vl, the same rows as JSONL + PNG files."""
+    from packwise.pipeline._demo import chitchat_conversations
+
+    convs = chitchat_conversations()
+    (workdir / "shards").mkdir(parents=True, exist_ok=True)
+    (workdir / "images").mkdir(exist_ok=True)
+    jsonl = []
+    tars = [tarfile.open(workdir / "shards" / f"shard_{s}.tar", "w") for s in range(2)]  # noqa: SIM115 - closed below
+    for i in range(samples):
+        conv = convs[i % len(convs)]
+        question = " ".join(m["content"] for m in conv[:-1])[:400]
+        if i < long:
+            question = "Describe everything you see, in detail. " * 60  # ~600 tokens: over the capacity
+        files = {}
+        if i % 4 != 3:  # a quarter of the chats are text-only
+            files["png"] = photo(PHOTOS[i % len(PHOTOS)], 112 + 56 * (i % 3))
+        if recipe == "omni" and i % 2 == 0:
+            files["wav"] = chirp(0.5 + 0.25 * (i % 4), 200 + 10 * i)
+        content = [{"type": "text", "text": question}]
+        content += [{"type": "image"}] if "png" in files else []
+        content += [{"type": "audio"}] if "wav" in files else []
+        messages = [{"role": "user", "content": content}, {"role": "assistant", "content": conv[-1]["content"]}]
+        files["json"] = json.dumps(messages).encode()
+        for ext, payload in files.items():
+            info = tarfile.TarInfo(f"{i:06d}.{ext}")
+            info.size = len(payload)
+            tars[i % 2].addfile(info, io.BytesIO(payload))
+        if "png" in files:
+            (workdir / "images" / f"{i:06d}.png").write_bytes(files["png"])
+            parts = [{"type": "text", "text": question}, {"type": "image", "path": f"images/{i:06d}.png"}]
+        else:
+            parts = question
+        jsonl.append({"messages": [{"role": "user", "content": parts}, messages[1]]})
+    for tar in tars:
+        tar.close()
+    (workdir / "chats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in jsonl))
+    energon = Path(sys.executable).parent / "energon"
+    subprocess.run(
+        [str(energon), "prepare", "--non-interactive", "--split-parts", "train:shards/.*", "--sample-type",
+         "CrudeWebdataset", "--force-overwrite", str(workdir)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+@dataclass
+class ChatSample(Sample):
+    messages: list
+    image: bytes | None
+    audio: bytes | None
+
+
+@dataclass
+class MediaSample(Sample):
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    mm_token_type_ids: torch.Tensor | None
+    position_ids: torch.Tensor | None
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.Tensor | None
+    input_features: torch.Tensor | None
+    feature_attention_mask: torch.Tensor | None
+
+
+@stateless
+def cook(raw: dict) -> ChatSample:
+    return ChatSample(
+        **basic_sample_keys(raw), messages=json.loads(raw["json"]), image=raw.get("png"), audio=raw.get("wav")
+    )
+
+
+class MediaChatEncoder(PackwiseTaskEncoderMixin, DefaultTaskEncoder[ChatSample, MediaSample, dict, dict]):
+    """Tokenize in ``preencode_sample`` (lengths for the planner), pack with packwise."""
+
+    cookers = (Cooker(cook),)
+    decoder = None  # raw bytes: decoded here with PIL / soundfile
+
+    def __init__(self, *, capacity: int, alignment: int, rope: str, overflow: str):
+        super().__init__()
+        from packwise.tokenize import load_tokenizer
+
+        self.packing_capacity, self.packing_alignment, self.packing_overflow = capacity, alignment, overflow
+        self.rope = rope
+        self.tokenizer = load_tokenizer("qwen2.5")
+
+    @stateless
+    def preencode_sample(self, sample: ChatSample) -> MediaSample:
+        from PIL import Image
+
+        images = [Image.open(io.BytesIO(sample.image))] if sample.image else []
+        audios = [load_audio(sample.audio, AudioSpec(), where=sample.__key__)] if sample.audio else []
+        fields = dict.fromkeys(MediaSample.__dataclass_fields__.keys() - Sample.__dataclass_fields__.keys())
+        encoded = encode_media_chat(
+            sample.messages, self.tokenizer, images=images, audios=audios, vision=VISION, rope=self.rope,
+            where=sample.__key__,
+        )  # fmt: skip
+        fields.update(encoded)
+        return MediaSample.derive_from(sample, **fields)
+
+
+def run_energon(workdir: Path, *, capacity: int, cp: int, rope: str, overflow: str, workers: int) -> dict:
+    alignment = alignment_multiple(cp=cp)
+    encoder = MediaChatEncoder(capacity=capacity, alignment=alignment, rope=rope, overflow=overflow)
+    ds = get_train_dataset(
+        str(workdir), worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers), batch_size=2,
+        shuffle_buffer_size=None, max_samples_per_sequence=None, packing_buffer_size=32, task_encoder=encoder,
+        repeat=False,
+    )  # fmt: skip
+    start = time.perf_counter()
+    samples = packs = real = 0
+    counts: dict[str, int] = {}
+    for batch in get_loader(ds):
+        params = to_packed_seq_params(batch)  # what a Megatron forward takes, plus this rank's tokens
+        shards = [shard_for_context_parallel(batch, cp_size=cp, cp_rank=r) for r in range(cp)]
+        assert sum(s["input_ids"].shape[-1] for s in shards) == batch["input_ids"].shape[-1]
+        assert int(params.cu_seqlens_q_padded[-1] if hasattr(params, "cu_seqlens_q_padded") else 0) >= 0
+        samples += sum(len(k) for k in batch["keys"])
+        packs += len(batch["keys"])
+        real += int(batch["cu_seqlens"][-1])
+        for k, v in batch["packing_counts"].items():
+            counts[k] = counts.get(k, 0) + v
+    seconds = time.perf_counter() - start
+    return {
+        "alignment": alignment, "samples": samples, "packs": packs, "real_tokens": real,
+        "utilisation": round(real / (packs * capacity), 4), "samples_per_s": round(samples / seconds, 1),
+        "seconds": round(seconds, 2), "overflow": counts,
+        # buffers / samples / packs seen by this process's encoder (the workers' own copies when --workers > 0)
+        "encoder_counts": {k: encoder.packing_counts[k] for k in ("buffers", "samples", "packs")} if not workers else None,
+    }  # fmt: skip
+
+
+def run_offline(workdir: Path, *, capacity: int, cp: int, overflow: str) -> dict:
+    out = workdir / "offline"
+    cmd = [sys.executable, "-c", "from packwise.cli import run; run()", "pack", str(workdir / "chats.jsonl"), "-o", str(out),
+           "--capacity", str(capacity), "--alignment", str(alignment_multiple(cp=cp)), "--overflow", overflow,
+           "--max-pixels", str(VISION.max_pixels), "--tokenizer", "qwen2.5", "--overwrite", "--quiet"]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    report = json.loads((out / "report.json").read_text())
+    m = report["metrics"]
+    n = report["rows_read"]
+    names = ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
+             "samples_dropped", "tokens_dropped", "loss_tokens_dropped")  # fmt: skip
+    counts = {k: report[k] for k in names} | {"media_dropped": report["multimodal"]["images_dropped"]}
+    return {
+        "samples": n, "packs": m["num_packs"], "utilisation": round(m["utilisation"], 4),
+        "samples_per_s": round(n / seconds, 1), "seconds": round(seconds, 2), "overflow": counts,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recipe", choices=("qwen2.5-vl", "omni"), default="qwen2.5-vl")
+    p.add_argument("--samples", type=int, default=48)
+    p.add_argument("--long", type=int, default=2, help="over-long samples (first N), to show the overflow counts")
+    p.add_argument("--capacity", type=int, default=512)
+    p.add_argument("--cp", type=int, default=2, help="context-parallel size: alignment = alignment_multiple(cp=...)")
+    p.add_argument("--overflow", choices=("truncate", "split", "drop", "error"), default="truncate")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--workdir", type=Path, default=Path("energon_multimodal_data"))
+    p.add_argument("--no-offline", action="store_true", help="skip the offline CLI comparison")
+    args = p.parse_args(argv)
+    make_data(args.workdir, recipe=args.recipe, samples=args.samples, long=args.long)
+    rope = "qwen2_5_omni" if args.recipe == "omni" else "qwen2_5_vl"
+    energon = run_energon(args.workdir, capacity=args.capacity, cp=args.cp, rope=rope, overflow=args.overflow,
+                          workers=args.workers)  # fmt: skip
+    print(f"energon  ({args.recipe}, cp={args.cp}, alignment {energon['alignment']}): {energon['samples']} samples "
+          f"-> {energon['packs']} packs, utilisation {energon['utilisation']}, {energon['samples_per_s']} samples/s; "
+          f"overflow {energon['overflow']}")  # fmt: skip
+    offline = None
+    if args.recipe == "qwen2.5-vl" and not args.no_offline:
+        offline = run_offline(args.workdir, capacity=args.capacity, cp=args.cp, overflow=args.overflow)
+        print(f"offline  (packwise pack): {offline['samples']} samples -> {offline['packs']} packs, utilisation "
+              f"{offline['utilisation']}, {offline['samples_per_s']} samples/s; overflow {offline['overflow']}")  # fmt: skip
+    result = {"energon": energon, "offline": offline}
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Overflow for one Energon sample with media: where a cut may fall, and what a slice of the sample keeps.
+
+A sample is a dict of fields (``input_ids (L,)``, ``labels (L,)``, ``loss_mask (L,)``, ``position_ids (L,)`` or
+``(3, L)``, per-token columns ``(L, ...)``) plus per-item media: ``image_grid_thw (I, 3)`` with
+``pixel_values (Σ t·h·w, D)``; ``video_grid_thw (V, 3)`` with ``pixel_values_videos`` and
+``second_per_grid_ts (V,)``; audio clips ``input_features (A, mel, frames)`` with ``feature_attention_mask (A,
+frames)``. Media spans are found in the tokens: a maximal run of the image / video / audio placeholder token is
+one item (in order), widened by one token on each side when that token is a start/end marker
+(``<|vision_start|>``, ``<|audio_bos|>`` ...). A cut never falls inside a span; the items whose spans lie wholly
+in a slice go with it, the others are dropped and counted (``media_dropped``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..constants import IGNORE_INDEX
+
+#: Per-item media fields per kind: (grid field or None, per-row fields sliced by patches, per-item fields).
+MEDIA_BY_KIND = {
+    "image": ("image_grid_thw", ("pixel_values",), ()),
+    "video": ("video_grid_thw", ("pixel_values_videos",), ("second_per_grid_ts",)),
+    "audio": (None, (), ("input_features", "feature_attention_mask")),
+}
+COUNT_FIELDS = (
+    "samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
+    "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "media_dropped",
+)  # fmt: skip
+
+
+def zero_counts() -> dict[str, int]:
+    """Every overflow count at 0 (the names of ``packwise.pipeline`` ``OverflowCounts``, ``media_dropped`` for
+    images + videos + audio clips)."""
+    return dict.fromkeys(COUNT_FIELDS, 0)
+
+
+def media_spans(ids: np.ndarray, media_tokens: Mapping[str, int], bounds: Sequence[int]) -> list[tuple[int, int, str]]:
+    """``[(start, end, kind), ...]`` token spans of the media items in text order (end exclusive).
+
+    Example:
+        >>> media_spans(np.array([5, 9, 1, 1, 8, 5, 2, 2]), {"image": 1, "audio": 2}, (9, 8))
+        [(1, 5, 'image'), (6, 8, 'audio')]
+    """
+    spans = []
+    bounds = set(int(b) for b in bounds)
+    n = ids.shape[0]
+    for kind, token in media_tokens.items():
+        hit = np.concatenate([[False], ids == token, [False]])
+        edges = np.flatnonzero(hit[1:] != hit[:-1])
+        for s, e in zip(edges[::2].tolist(), edges[1::2].tolist()):
+            if s > 0 and int(ids[s - 1]) in bounds:
+                s -= 1
+            if e < n and int(ids[e]) in bounds:
+                e += 1
+            spans.append((s, e, kind))
+    return sorted(spans)
+
+
+def check_media(
+    fields: Mapping, spans: list, *, merge_size: int, where: str, media_tokens: Mapping | None = None
+) -> None:
+    """Raise ``ValueError`` when the media items disagree with the placeholder runs: their count, or (with
+    ``media_tokens``) the placeholder tokens of each image/video, ``t·h·w / merge²``."""
+    for kind, (grid_name, _, item_fields) in MEDIA_BY_KIND.items():
+        runs = [s for s in spans if s[2] == kind]
+        if grid_name is not None:
+            grid = fields.get(grid_name)
+            items = 0 if grid is None else int(grid.shape[0])
+            if media_tokens is not None and grid is not None and items == len(runs):
+                ids = fields["input_ids"]
+                for k, ((s, e, _), g) in enumerate(zip(runs, torch.as_tensor(grid).reshape(-1, 3).tolist())):
+                    got, need = int((ids[s:e] == media_tokens[kind]).sum()), int(np.prod(g)) // merge_size**2
+                    if got != need:
+                        raise ValueError(
+                            f"{where}: {kind} {k} has {got} placeholder tokens but its grid {g} needs {need} "
+                            f"(t·h·w / merge_size²); the tokens and {grid_name} disagree"
+                        )
+        else:
+            present = [fields[f] for f in item_fields if fields.get(f) is not None]
+            items = int(present[0].shape[0]) if present else 0
+        if items != len(runs):
+            raise ValueError(
+                f"{where}: {len(runs)} {kind} placeholder run(s) in input_ids but {items} {kind} item(s) in the "
+                f"sample; every {kind} needs one contiguous run of its placeholder tokens (set packing_media_tokens "
+                "to your model's token ids)"
+            )
+
+
+def _item_rows(fields: Mapping, kind: str) -> list[int]:
+    grid_name = MEDIA_BY_KIND[kind][0]
+    grid = fields.get(grid_name) if grid_name else None
+    if grid is None:
+        return []
+    return [int(np.prod(g)) for g in torch.as_tensor(grid).reshape(-1, 3).tolist()]
+
+
+def cut_points(n: int, limit: int, spans: list, *, split: bool) -> list[tuple[int, int]]:
+    """Slices ``[(start, end), ...]`` of ``n`` tokens, each at most ``limit``, no cut inside a span. Truncation
+    keeps the first slice only. ``[]`` when a span longer than ``limit`` blocks the first cut; for split,
+    a trailing remainder that cannot be cut is left out (the caller counts it as dropped).
+
+    Example:
+        >>> cut_points(10, 4, [(3, 6, "image")], split=True)
+        [(0, 3), (3, 7), (7, 10)]
+        >>> cut_points(10, 4, [(3, 6, "image")], split=False)
+        [(0, 3)]
+    """
+    cuts, start = [], 0
+    while start < n:
+        end = min(start + limit, n)
+        if end < n:
+            for s, e, _ in spans:
+                if s < end < e and s >= start:
+                    end = s
+                    break
+        if end <= start:
+            break
+        cuts.append((start, end))
+        start = end
+        if not split:
+            break
+    return cuts
+
+
+def slice_sample(fields: Mapping, start: int, end: int, spans: list, token_names: Sequence[str]) -> tuple[dict, int]:
+    """The tokens ``[start, end)`` of a sample and the media items whose spans lie inside; returns
+    ``(fields, media items left out)``."""
+    out = {}
+    for name in token_names:
+        value = fields.get(name)
+        if value is not None:
+            out[name] = value[..., start:end] if name == "position_ids" else value[start:end]
+    dropped = 0
+    for kind, (grid_name, row_fields, item_fields) in MEDIA_BY_KIND.items():
+        runs = [s for s in spans if s[2] == kind]
+        if not runs:
+            continue
+        keep = [k for k, (s, e, _) in enumerate(runs) if start <= s and e <= end]
+        dropped += len(runs) - len(keep)
+        if not keep:
+            continue
+        first, last = keep[0], keep[-1] + 1
+        if grid_name is not None:
+            rows = np.concatenate([[0], np.cumsum(_item_rows(fields, kind))]).astype(np.int64)
+            out[grid_name] = fields[grid_name][first:last]
+            for f in row_fields:
+                if fields.get(f) is not None:
+                    out[f] = fields[f][int(rows[first]) : int(rows[last])]
+        for f in item_fields:
+            if fields.get(f) is not None:
+                out[f] = fields[f][first:last]
+    return out, dropped
+
+
+def loss_tokens(fields: Mapping, start: int, end: int) -> int:
+    """Loss-carrying tokens in ``[start, end)`` (labels != -100, else ``loss_mask``, else every token)."""
+    labels = fields.get("labels")
+    if labels is not None:
+        return int((torch.as_tensor(labels[start:end]) != IGNORE_INDEX).sum())
+    mask = fields.get("loss_mask")
+    if mask is not None:
+        return int(torch.as_tensor(mask[start:end]).bool().sum())
+    return end - start

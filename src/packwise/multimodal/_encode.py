@@ -1,0 +1,123 @@
+"""One multimodal chat with in-memory media (an Energon sample, a recipe) -> the fields a pack needs.
+
+Message parts ``{"type": "text", "text"}``, ``{"type": "image"}`` and ``{"type": "audio"}`` take the next
+entry of ``images`` (PIL images) / ``audios`` (float32 waveforms at ``AudioSpec.sampling_rate``) in order.
+Images follow Qwen2.5-VL (``<|vision_start|>`` + ``t·h·w/merge²`` ``<|image_pad|>`` + ``<|vision_end|>``),
+audio Qwen2.5-Omni (``<|audio_bos|>`` + n ``<|AUDIO|>`` + ``<|audio_eos|>``). ``mm_token_type_ids`` follows
+transformers' ``ProcessorMixin.create_mm_token_type_ids``: 0 text, 1 image, 2 video, 3 audio.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import IGNORE_INDEX
+from ._audio import AudioSpec, audio_features, omni_position_ids
+from ._images import VisionSpec, image_grid, mrope_position_ids, process_images_in_memory
+
+_V_START, _V_PAD, _V_END = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
+
+
+def encode_media_chat(
+    messages: list[dict],
+    tokenizer,
+    *,
+    images=(),
+    audios=(),
+    vision: VisionSpec | None = None,
+    audio: AudioSpec | None = None,
+    rope: str | None = None,
+    where: str = "sample",
+) -> dict:
+    """Tokenize one chat with its media; every media item is counted against its placeholder tokens.
+
+    Returns:
+        ``input_ids (L,)`` int64, ``labels (L,)`` int64 (-100 outside assistant turns), ``mm_token_type_ids
+        (L,)`` int64, ``position_ids (3, L)`` int64 MRoPE (Qwen2.5-VL's rope index without audio, Qwen2.5-Omni's
+        with audio or ``rope="qwen2_5_omni"``), and when present ``pixel_values (patches, 1176)`` float32,
+        ``image_grid_thw (I, 3)`` int64, ``input_features (A, 128, 3000)`` float32, ``feature_attention_mask
+        (A, 3000)`` int64.
+
+    Raises:
+        ValueError: more or fewer media parts than ``images`` / ``audios``, or an unknown part type.
+
+    Example:
+        >>> from PIL import Image
+        >>> from packwise.tokenize import load_tokenizer
+        >>> chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
+        ...         {"role": "assistant", "content": "Grey."}]
+        >>> f = encode_media_chat(chat, load_tokenizer("qwen2.5"), images=[Image.new("RGB", (56, 56))])
+        >>> int((f["mm_token_type_ids"] == 1).sum()), f["image_grid_thw"].tolist(), tuple(f["pixel_values"].shape)
+        (4, [[1, 4, 4]], (16, 1176))
+    """
+    import torch
+
+    from ..tokenize import encode_chats
+
+    vision, audio = vision or VisionSpec(), audio or AudioSpec()
+
+    images, audios = list(images), list(audios)
+    grids, feats, mask = [], None, None
+    if audios:
+        feats, mask = audio_features(audios, audio)
+    frames = [] if mask is None else mask.sum(-1).tolist()
+    n_img = n_aud = 0
+    out_msgs = []
+    for j, m in enumerate(messages):
+        content = m["content"]
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind == "text":
+                    parts.append(part["text"])
+                elif kind == "image" and n_img < len(images):
+                    grids.append(image_grid(images[n_img], vision))
+                    parts.append(_V_START + _V_PAD * vision.tokens(grids[-1]) + _V_END)
+                    n_img += 1
+                elif kind == "audio" and n_aud < len(audios):
+                    parts.append(audio.placeholder(tokenizer, frames[n_aud]))
+                    n_aud += 1
+                else:
+                    raise ValueError(
+                        f"{where}: messages[{j}] part {part!r}: expected a text part, or an image/audio part with "
+                        f"an entry left in images ({len(images)}) / audios ({len(audios)})"
+                    )
+            content = "".join(parts)
+        out_msgs.append({**m, "content": content})
+    if (n_img, n_aud) != (len(images), len(audios)):
+        raise ValueError(
+            f"{where}: {n_img} image and {n_aud} audio parts for {len(images)} images, {len(audios)} clips"
+        )
+    [(ids, loss)] = encode_chats([out_msgs], tokenizer)
+    ids = torch.from_numpy(ids.astype(np.int64))
+    types = torch.zeros_like(ids)
+    types[ids == vision.image_token_id] = 1
+    types[ids == audio.audio_token_id] = 3
+    need_img = sum(vision.tokens(g) for g in grids)
+    need_aud = sum(audio.tokens(f) for f in frames)
+    if int((types == 1).sum()) != need_img or int((types == 3).sum()) != need_aud:
+        raise ValueError(
+            f"{where}: {int((types == 1).sum())} image / {int((types == 3).sum())} audio placeholder tokens but the "
+            f"media need {need_img} / {need_aud}; remove literal placeholder tokens from the text"
+        )
+    out = {
+        "input_ids": ids,
+        "labels": torch.where(torch.from_numpy(loss), ids, IGNORE_INDEX),
+        "mm_token_type_ids": types,
+    }
+    grid_t = torch.as_tensor(grids, dtype=torch.int64).reshape(-1, 3)
+    if images:
+        out["pixel_values"], out["image_grid_thw"] = process_images_in_memory(images, vision)
+    if audios:
+        out["input_features"], out["feature_attention_mask"] = feats, mask
+    if rope not in (None, "qwen2_5_vl", "qwen2_5_omni"):
+        raise ValueError(f"rope={rope!r}; use 'qwen2_5_vl' or 'qwen2_5_omni'")
+    if audios or rope == "qwen2_5_omni":
+        out["position_ids"] = omni_position_ids(
+            ids, image_grid_thw=grid_t if images else None, feature_attention_mask=mask if audios else None,
+            spatial_merge_size=vision.merge_size,
+        )  # fmt: skip
+    else:
+        out["position_ids"] = mrope_position_ids(ids, types, grid_t, spatial_merge_size=vision.merge_size)
+    return out
