@@ -73,8 +73,8 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
         names = ", ".join(f"{n} ({m})" for n, m in unknown.items())
         raise PackingRefused(
             f"model type {model_type!r} has module classes packwise has not verified: {names}. Run "
-            "`packwise verify --model PATH` on the checkpoint; if it prints ISOLATED, opt in with "
-            f"use_packed_attention(model, allow={sorted(unknown)!r})"
+            f"`packwise verify --model PATH --allow {','.join(sorted(unknown))}` on the checkpoint; if it prints "
+            f"ISOLATED, opt in with use_packed_attention(model, allow={sorted(unknown)!r})"
         )
     _check_features(model, config, backend)
 
