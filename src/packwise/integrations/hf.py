@@ -165,9 +165,11 @@ def _check_trainer_kept_boundaries() -> None:
     if frame is None or not getattr(trainer.args, "remove_unused_columns", False):
         return
     kept = trainer._signature_columns or []
-    sets = [trainer.train_dataset, *(getattr(trainer, "eval_dataset", None) or {}).values()] if isinstance(
-        getattr(trainer, "eval_dataset", None), dict
-    ) else [trainer.train_dataset, getattr(trainer, "eval_dataset", None)]
+    sets = (
+        [trainer.train_dataset, *(getattr(trainer, "eval_dataset", None) or {}).values()]
+        if isinstance(getattr(trainer, "eval_dataset", None), dict)
+        else [trainer.train_dataset, getattr(trainer, "eval_dataset", None)]
+    )
     has = any("seq_lengths" in (getattr(d, "column_names", None) or []) for d in sets if d is not None)
     if has and "seq_lengths" not in kept:
         raise ValueError(
