@@ -92,3 +92,25 @@ def test_full_matrix():
         assert row.verdict == expected, row
         if expected == "ISOLATED":
             assert row.max_abs_diff <= 1e-5 and row.grad_max_rel_diff <= 1e-4 and row.eager_max_abs_diff <= 1e-4
+
+
+def test_verify_cli_refused_model_exits_3(capsys):
+    import json
+
+    from packwise.cli import main
+
+    rc = main(["verify", "--model", "bamba", "--num-docs", "2", "--max-tokens", "16", "--no-grads", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert rc == 3 and payload["verdict"] == "REFUSED" and payload["isolated"] is False
+    assert set(payload["refused"]) == {"eager", "sdpa", "flex", "packwise"}
+    assert all("BambaMixer in model type 'bamba'" in r for r in payload["refused"].values())
+
+
+@pytest.mark.slow
+def test_verify_cli_partly_refused_paths_still_prove_the_rest(capsys):
+    from packwise.cli import main
+
+    rc = main(["verify", "--model", "gemma2", "--attn", "sdpa,packwise", "--num-docs", "2", "--max-tokens", "24"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "ISOLATED" in out
+    assert "REFUSED packwise/sdpa: Gemma2Config.attn_logit_softcapping=5.0" in out

@@ -2,7 +2,8 @@
 
 Checked, never assumed. A module is accepted when its class comes from a transformers model family in
 :data:`VERIFIED_FAMILIES` (each one ISOLATED in ``docs/conformance.md``), from ``torch.nn``, has a
-position-wise name (``...MLP``, ``...Norm``, ``...Embedding``, ``Linear``, ...), or is named in ``allow``.
+position-wise name (``...MLP``, ``...Norm``, ``...Embedding``, ``Linear``, ...) or a container's
+(``...Model``, ``...ForCausalLM``: PEFT wrappers; their children are checked one by one), or is named in ``allow``.
 Layers that carry state along the sequence — Mamba/Mamba2 mixers, gated DeltaNet, short convolutions —
 are refused by name whatever ``allow`` says: on transformers' CPU/torch path their recurrence runs over the
 whole packed row (no ``seq_idx``/``cu_seqlens`` reset), so one document's state flows into the next.
@@ -27,7 +28,7 @@ ENCODERS = {"roberta": "pad_token_id + 1", "bert": "0"}
 _STATEFUL = re.compile(r"Mamba|DeltaNet|ShortConv|Mixer|SSM|Recurrent|RWKV|Retention|LinearAttention|Conv1d")
 _POSITIONWISE = re.compile(
     r"(MLP|Norm|RMSNorm|LayerNorm|Embedding|Embeddings|Embed|Linear|Dropout|Activation|Act|Experts|Router|Gate|"
-    r"Identity|ModuleList|ModuleDict|Sequential)$"
+    r"Identity|ModuleList|ModuleDict|ParameterList|ParameterDict|Sequential|Model|ForCausalLM)$"
 )
 
 

@@ -120,10 +120,8 @@ class PackedDataCollator:
     def __call__(self, features: Sequence[Mapping]) -> dict:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
-        if not self._trainer_checked:
-            if not any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features):
-                _check_trainer_kept_boundaries()
-            self._trainer_checked = True
+        if not self._trainer_checked and not any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features):
+            self._trainer_checked = _check_trainer_kept_boundaries()  # once per collator, when a Trainer calls it
         packs = [
             f if isinstance(f, PackedSequence) else assemble_pack(
                 _sequences(f, i), alignment=self.alignment, position_offset=self.position_offset,
@@ -142,28 +140,28 @@ class PackedDataCollator:
         return out
 
 
-def _check_trainer_kept_boundaries() -> None:
+def _check_trainer_kept_boundaries() -> bool:
     """Raise if a ``transformers.Trainer`` up the call stack pruned ``seq_lengths`` from a packed dataset.
 
     The Trainer drops dataset columns that are not ``model.forward`` parameters before the collator runs, so
     a pack would reach the model as one document. Checked on the collator's first batch (in the process that
-    runs the Trainer: ``dataloader_num_workers=0``, the default).
+    runs the Trainer: ``dataloader_num_workers=0``, the default). Returns whether a Trainer was found.
     """
     trainer_mod = sys.modules.get("transformers.trainer")
     if trainer_mod is None:
-        return
+        return False
     frame = sys._getframe(2)
     for _ in range(64):
         if frame is None:
-            return
+            return False
         trainer = frame.f_locals.get("self")
         if isinstance(trainer, trainer_mod.Trainer):
             break
         frame = frame.f_back
     else:
-        return
-    if frame is None or not getattr(trainer.args, "remove_unused_columns", False):
-        return
+        return False
+    if not getattr(trainer.args, "remove_unused_columns", False):
+        return True
     kept = trainer._signature_columns or []
     sets = (
         [trainer.train_dataset, *(getattr(trainer, "eval_dataset", None) or {}).values()]
@@ -178,6 +176,7 @@ def _check_trainer_kept_boundaries() -> None:
             "ONE document. Fix: call packwise.hf.use_packed_attention(model) before building the Trainer (the patched "
             "forward accepts seq_lengths), or pass TrainingArguments(remove_unused_columns=False)"
         )
+    return True
 
 
 def _text_positions(cu_padded: torch.Tensor, total: int) -> torch.Tensor:

@@ -80,6 +80,13 @@ def _roberta(t, v):
     )  # fmt: skip
 
 
+def _bert(t, v):
+    return t.BertConfig(
+        vocab_size=v, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=4096, pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+
+
 def _bamba(t, v):
     return t.BambaConfig(
         **_base(v), attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1,
@@ -132,6 +139,7 @@ FAMILIES: dict[str, tuple[Callable, str]] = {
     "gpt_oss": (_gpt_oss, "causal"),
     "olmo2": (_olmo2, "causal"),
     "roberta": (_roberta, "masked"),
+    "bert": (_bert, "masked"),
     "qwen2_5_vl": (_qwen2_5_vl, "vl"),
     "bamba": (_bamba, "causal"),
     "nemotron_h": (_nemotron_h, "causal"),

@@ -151,7 +151,7 @@ def run_matrix(
 #: The families of ``docs/conformance.md`` (the issue's 14 + Jamba and LFM2, and the real SmolLM2).
 MATRIX = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma2", "gemma3", "phi3", "gpt_oss", "olmo2", "roberta",
-    "qwen2_5_vl", "bamba", "nemotron_h", "qwen3_next", "jamba", "lfm2", "smollm2",
+    "bert", "qwen2_5_vl", "bamba", "nemotron_h", "qwen3_next", "jamba", "lfm2", "smollm2",
 )  # fmt: skip
 
 FEATURES_TESTED = {
@@ -160,7 +160,7 @@ FEATURES_TESTED = {
     "gemma2": "local(8)/global layers, attn softcap 5, final softcap 30, custom scaling",
     "gemma3": "local(8)/global layers, custom scaling (query_pre_attn_scalar 24)", "phi3": "fused qkv",
     "gpt_oss": "attention sinks, local(8)/global layers, MoE", "olmo2": "q/k norm",
-    "roberta": "bidirectional encoder, positions from pad_token_id+1", "qwen2_5_vl": "MRoPE, images + text",
+    "roberta": "bidirectional encoder, positions from pad_token_id+1", "bert": "bidirectional encoder", "qwen2_5_vl": "MRoPE, images + text",
     "bamba": "Mamba2 mixer", "nemotron_h": "Mamba2 mixer", "qwen3_next": "gated DeltaNet",
     "jamba": "Mamba mixer", "lfm2": "short convolution", "smollm2": "real SmolLM2-135M, chitchat",
 }  # fmt: skip
