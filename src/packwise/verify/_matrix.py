@@ -160,7 +160,8 @@ FEATURES_TESTED = {
     "gemma2": "local(8)/global layers, attn softcap 5, final softcap 30, custom scaling",
     "gemma3": "local(8)/global layers, custom scaling (query_pre_attn_scalar 24)", "phi3": "fused qkv",
     "gpt_oss": "attention sinks, local(8)/global layers, MoE", "olmo2": "q/k norm",
-    "roberta": "bidirectional encoder, positions from pad_token_id+1", "bert": "bidirectional encoder", "qwen2_5_vl": "MRoPE, images + text",
+    "roberta": "bidirectional encoder, positions from pad_token_id+1", "bert": "bidirectional encoder",
+    "qwen2_5_vl": "MRoPE, images + text",
     "bamba": "Mamba2 mixer", "nemotron_h": "Mamba2 mixer", "qwen3_next": "gated DeltaNet",
     "jamba": "Mamba mixer", "lfm2": "short convolution", "smollm2": "real SmolLM2-135M, chitchat",
 }  # fmt: skip
@@ -191,8 +192,9 @@ def markdown(rows: list[ConformanceRow]) -> str:
         "not merely applied the same way twice) and `generate` after patching. `smollm2` is the real "
         "SmolLM2-135M (GGUF, fp32) on 3 chitchat conversations of up to 64 tokens, atol 1e-4. A leak moves logits "
         "by 1e-2 or more: `tests/isolation/test_conformance.py` drops the sliding window, the softcap or the "
-        "per-document encoder attention and the same check reports LEAK (max |Δlogit| > 1e-2). REFUSED rows are what `use_packed_attention` raises (`PackingRefused`) — `packwise verify` exits "
-        "3 on them. Run one row yourself: `packwise verify --model <family>`; your own checkpoint: "
+        "per-document encoder attention and the same check reports LEAK (max |Δlogit| > 1e-2). REFUSED rows "
+        "are what `use_packed_attention` raises (`PackingRefused`) — `packwise verify` exits 3 on them. "
+        "Run one row yourself: `packwise verify --model <family>`; your own checkpoint: "
         "`packwise verify --model PATH`.",
         "",
         "| family | model_type | tested features | result | max Δlogit | Δloss | max Δgrad (rel) | Δ vs eager "
