@@ -122,3 +122,18 @@ def test_verify_cli_partly_refused_paths_still_prove_the_rest(capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "ISOLATED" in out
     assert "REFUSED packwise/sdpa: Gemma2Config.attn_logit_softcapping=5.0" in out
+
+
+def test_encoder_refuses_documents_at_the_wrong_first_position():
+    from packwise.hf import PackedDataCollator, position_offset
+
+    model = use_packed_attention(family_model("roberta", 64))
+    assert position_offset(model) == 2  # RoBERTa: pad_token_id (1) + 1
+    rows = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}]
+    with pytest.raises(
+        ValueError, match=r"documents start at position ids \[0\] .* PackedDataCollator\(position_offset=2\)"
+    ):
+        model(**{k: v for k, v in PackedDataCollator()(rows).items() if k != "labels"})
+    batch = PackedDataCollator(position_offset=2)(rows)
+    assert batch["position_ids"].tolist() == [[2, 3, 4, 2, 3]]
+    assert model(**{k: v for k, v in batch.items() if k != "labels"}).logits.shape == (1, 5, 64)
