@@ -2,16 +2,20 @@
 
 from .integrations.hf import (
     PackedDataCollator,
+    PackingRefused,
     attention_name,
     packwise_attention_forward,
+    position_offset,
     register_packed_attention,
     use_packed_attention,
 )
 
 __all__ = [
     "PackedDataCollator",
+    "PackingRefused",
     "attention_name",
     "packwise_attention_forward",
+    "position_offset",
     "register_packed_attention",
     "use_packed_attention",
 ]

@@ -96,3 +96,48 @@ def test_flex_refuses_backward_on_cpu():
     cu = torch.tensor([0, 4])
     with pytest.raises(ValueError, match="no backward on CPU"):
         varlen_attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=4, max_seqlen_k=4, backend="flex")
+
+
+def reference_features(q, k, v, cu, scale, window, softcap, sinks):
+    """Per document, float64, from the definitions: causal, i - j < window, softcap·tanh(s/softcap), sink logit."""
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    groups = q.shape[1] // k.shape[1]
+    for a, b in zip(cu, cu[1:]):
+        for h in range(q.shape[1]):
+            s = q[a:b, h].double() @ k[a:b, h // groups].double().T * scale
+            if softcap:
+                s = softcap * torch.tanh(s / softcap)
+            i, j = torch.arange(b - a)[:, None], torch.arange(b - a)[None, :]
+            allowed = (j <= i) & ((i - j < window) if window else True)
+            s = s.masked_fill(~allowed, float("-inf"))
+            if sinks is not None:
+                s = torch.cat([s, torch.full((b - a, 1), float(sinks[h]), dtype=torch.float64)], dim=1)
+                p = torch.softmax(s, dim=-1)[:, :-1]
+            else:
+                p = torch.softmax(s, dim=-1)
+            out[a:b, h] = p @ v[a:b, h // groups].double()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("window", "softcap", "sinks"),
+    [(3, None, None), (None, 2.0, None), (None, None, True), (4, 2.0, True)],
+    ids=["window", "softcap", "sinks", "all"],
+)
+def test_features_match_reference(window, softcap, sinks):
+    torch.manual_seed(0)
+    cu = [0, 5, 12, 20]
+    q, k, v = torch.randn(20, 4, 8), torch.randn(20, 2, 8), torch.randn(20, 2, 8)
+    sink = torch.randn(4) if sinks else None
+    expected = reference_features(q, k, v, cu, 0.3, window, softcap, sink)
+    for backend in available_backends("cpu"):
+        kwargs = dict(cu_seqlens_q=torch.tensor(cu), cu_seqlens_k=torch.tensor(cu), max_seqlen_q=8, max_seqlen_k=8)
+        args = dict(scale=0.3, backend=backend, window=window, softcap=softcap, sinks=sink)
+        if (softcap or sinks) and backend != "dense":
+            with pytest.raises(ValueError, match=f"attention backend '{backend}' cannot honour"):
+                varlen_attention(q, k, v, **kwargs, **args)
+            continue
+        out = varlen_attention(q, k, v, **kwargs, **args)
+        assert (out.double() - expected).abs().max() <= 1e-5, backend
+    auto = varlen_attention(q, k, v, **kwargs, scale=0.3, window=window, softcap=softcap, sinks=sink)
+    assert (auto.double() - expected).abs().max() <= 1e-5

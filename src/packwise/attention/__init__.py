@@ -1,5 +1,5 @@
 """Varlen attention that isolates packed documents, on every backend (torch)."""
 
-from ._varlen import BACKENDS, Backend, available_backends, varlen_attention
+from ._varlen import BACKENDS, FEATURES, Backend, attend, available_backends, resolve_backend, varlen_attention
 
-__all__ = ["BACKENDS", "Backend", "available_backends", "varlen_attention"]
+__all__ = ["BACKENDS", "FEATURES", "Backend", "attend", "available_backends", "resolve_backend", "varlen_attention"]

@@ -18,7 +18,23 @@ dense           any     one matmul with an additive float block-diagonal mask (e
 ==============  ======  ========================================================================
 
 ``auto`` picks flash, then torch_varlen on CUDA with fp16/bf16, else sdpa (fastest correct CPU
-backend measured in ``benchmarks/bench_train.py``).
+backend measured in ``benchmarks/bench_train.py``); with logit softcapping or attention sinks it picks
+flash (softcap only) or dense, the backends that honour them.
+
+Attention features, per backend (a backend that cannot honour one raises ``ValueError`` naming it):
+
+=============  =====  ============  =====  ====  =====
+feature        flash  torch_varlen  flex   sdpa  dense
+=============  =====  ============  =====  ====  =====
+``window``     yes    yes           yes    yes   yes
+``softcap``    yes    no            no     no    yes
+``sinks``      no     no            no     no    yes
+=============  =====  ============  =====  ====  =====
+
+``window`` is transformers' sliding window: a query at position ``i`` sees keys ``j`` with
+``i - j < window`` (flash's ``window_size=(window - 1, 0)``). ``softcap`` is Gemma-2's
+``softcap * tanh(scores / softcap)`` before the mask; ``sinks`` (gpt-oss) is one extra logit per head that
+joins the softmax and is dropped after it.
 """
 
 from __future__ import annotations
@@ -33,6 +49,29 @@ import torch.nn.functional as F
 
 Backend = Literal["auto", "flash", "torch_varlen", "flex", "sdpa", "dense"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
+#: Which backends honour each optional attention feature (see the module docstring).
+FEATURES: dict[str, tuple[str, ...]] = {
+    "window": ("flash", "torch_varlen", "flex", "sdpa", "dense"),
+    "softcap": ("flash", "dense"),
+    "sinks": ("dense",),
+}
+
+
+def resolve_backend(backend: str, device, dtype, *, softcap: bool = False, sinks: bool = False) -> str:
+    """The concrete backend ``auto`` means here for these features (other names are returned as given).
+
+    Example:
+        >>> resolve_backend("auto", "cpu", torch.float32), resolve_backend("auto", "cpu", torch.float32, sinks=True)
+        ('sdpa', 'dense')
+    """
+    if backend != "auto":
+        return backend
+    avail = available_backends(device, dtype)
+    if sinks:
+        return "dense"
+    if softcap:
+        return "flash" if "flash" in avail else "dense"
+    return "flash" if "flash" in avail else "torch_varlen" if "torch_varlen" in avail else "sdpa"
 
 
 def available_backends(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> list[str]:
@@ -86,6 +125,9 @@ def varlen_attention(
     scale: float | None = None,
     backend: Backend = "auto",
     dropout_p: float = 0.0,
+    window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of every document with itself only.
 
@@ -101,12 +143,16 @@ def varlen_attention(
         scale: softmax scale; default ``1 / sqrt(D)``.
         backend: see the module docstring.
         dropout_p: attention dropout (``flex`` supports none; ``flex`` has no backward on CPU).
+        window: sliding window in tokens (``i - j < window``; causal only); None: no window.
+        softcap: logit soft-capping value (Gemma-2); None or 0: none.
+        sinks: ``(H,)`` attention-sink logits (gpt-oss); None: none.
 
     Returns:
         ``(T_q, H, D)`` in ``q``'s dtype.
 
     Raises:
-        ValueError: bad shapes or boundaries, an unknown backend, or a backend unavailable here.
+        ValueError: bad shapes or boundaries, an unknown backend, a backend unavailable here, or a feature
+            (``window``, ``softcap``, ``sinks``) the backend does not honour.
 
     Example:
         >>> q = k = v = torch.randn(5, 2, 4)
@@ -124,10 +170,18 @@ def varlen_attention(
             raise TypeError(f"{name} must hold integers (token offsets), got dtype {cu.dtype}")
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if backend == "auto":
-        avail = available_backends(q.device, q.dtype)
-        backend = "flash" if "flash" in avail else "torch_varlen" if "torch_varlen" in avail else "sdpa"
-    elif backend in ("flash", "torch_varlen") and backend not in available_backends(q.device, q.dtype):
+    softcap = float(softcap) if softcap else None
+    if window is not None and (int(window) < 1 or not causal):
+        raise ValueError(f"window {window}: a sliding window must be >= 1 tokens and causal")
+    if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
+        raise ValueError(f"sinks must be ({q.shape[1]},) — one logit per query head — got {tuple(sinks.shape)}")
+    backend = resolve_backend(backend, q.device, q.dtype, softcap=softcap is not None, sinks=sinks is not None)
+    for feature, value in (("window", window), ("softcap", softcap), ("sinks", sinks)):
+        if value is not None and backend not in FEATURES[feature]:
+            raise ValueError(
+                f"attention backend {backend!r} cannot honour {feature}; use one of {', '.join(FEATURES[feature])}"
+            )
+    if backend in ("flash", "torch_varlen") and backend not in available_backends(q.device, q.dtype):
         raise ValueError(f"attention backend {backend!r} needs CUDA, fp16/bf16 and its package; use 'sdpa' here")
     cu_q = cu_seqlens_q.to(device=q.device, dtype=torch.int32)
     cu_k = cu_seqlens_k.to(device=q.device, dtype=torch.int32)
@@ -135,32 +189,34 @@ def varlen_attention(
         from flash_attn import flash_attn_varlen_func
 
         return flash_attn_varlen_func(
-            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), dropout_p, softmax_scale=scale, causal=causal
-        )
+            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), dropout_p, softmax_scale=scale, causal=causal,
+            window_size=(-1, -1) if window is None else (int(window) - 1, 0), softcap=softcap or 0.0,
+        )  # fmt: skip
     if backend == "torch_varlen":
         from torch.nn.attention.varlen import varlen_attn
 
-        window = (-1, 0) if causal else (-1, -1)
+        span = (-1, 0) if window is None else (int(window) - 1, 0)
         return varlen_attn(
-            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), scale=scale, window_size=window,
+            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), scale=scale,
+            window_size=span if causal else (-1, -1),
             enable_gqa=q.shape[1] != k.shape[1],
         )  # fmt: skip
     if backend == "sdpa":
-        return _sdpa(q, k, v, cu_q.tolist(), cu_k.tolist(), causal, scale, dropout_p)
+        return _sdpa(q, k, v, cu_q.tolist(), cu_k.tolist(), causal, scale, dropout_p, window)
     if backend == "dense":
-        return _dense(q, k, v, cu_q, cu_k, causal, scale, dropout_p)
+        return _dense(q, k, v, cu_q, cu_k, causal, scale, dropout_p, window, softcap, sinks)
     if dropout_p:
         raise ValueError("backend 'flex' has no attention dropout; use 'sdpa' or 'dense' in training with dropout")
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise ValueError("flex_attention has no backward on CPU (torch limitation); use backend 'sdpa' to train here")
-    return _flex(q, k, v, cu_q, cu_k, causal, scale)
+    return _flex(q, k, v, cu_q, cu_k, causal, scale, window)
 
 
 def _gqa(k: torch.Tensor, groups: int, dim: int) -> torch.Tensor:
     return k if groups == 1 else k.repeat_interleave(groups, dim=dim)
 
 
-def _sdpa(q, k, v, cu_q: list[int], cu_k: list[int], causal, scale, dropout_p) -> torch.Tensor:
+def _sdpa(q, k, v, cu_q: list[int], cu_k: list[int], causal, scale, dropout_p, window=None) -> torch.Tensor:
     """One SDPA call per document, laid out exactly as transformers' own SDPA path ``(1, H, L, D)`` with
     ``enable_gqa`` — so a packed document runs the same kernel as the document alone."""
     out = torch.empty_like(q)
@@ -172,9 +228,13 @@ def _sdpa(q, k, v, cu_q: list[int], cu_k: list[int], causal, scale, dropout_p) -
         ks = k[k0:k1].transpose(0, 1)[None]
         vs = v[k0:k1].transpose(0, 1)[None]
         mask, is_causal = None, causal and (q1 - q0) > 1
-        if causal and (q1 - q0) != (k1 - k0):  # bottom-right causal for unequal lengths
+        if causal and ((q1 - q0) != (k1 - k0) or (window is not None and window < k1 - k0)):
+            # bottom-right causal for unequal lengths, and/or a sliding window that binds
             qi = torch.arange(q1 - q0, device=q.device)[:, None] + (k1 - k0) - (q1 - q0)
-            mask = torch.arange(k1 - k0, device=q.device)[None, :] <= qi
+            kj = torch.arange(k1 - k0, device=q.device)[None, :]
+            mask = kj <= qi
+            if window is not None:
+                mask &= qi - kj < window
             is_causal = False
         if gqa and mask is not None:
             ks, vs = _gqa(ks, q.shape[1] // k.shape[1], 1), _gqa(vs, q.shape[1] // k.shape[1], 1)
@@ -194,24 +254,49 @@ def _doc_layout(cu: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tenso
     return doc, from_end
 
 
-def _dense(q, k, v, cu_q, cu_k, causal, scale, dropout_p) -> torch.Tensor:
+def _dense(q, k, v, cu_q, cu_k, causal, scale, dropout_p, window=None, softcap=None, sinks=None) -> torch.Tensor:
     doc_q, end_q = _doc_layout(cu_q, q.shape[0])
     doc_k, end_k = _doc_layout(cu_k, k.shape[0])
     allowed = doc_q[:, None] == doc_k[None, :]
     if causal:
         allowed &= end_k[None, :] >= end_q[:, None]
-    mask = torch.zeros(allowed.shape, dtype=torch.float32, device=q.device).masked_fill_(~allowed, float("-inf"))
-    groups = q.shape[1] // k.shape[1]
-    kk = _gqa(k, groups, 1).transpose(0, 1)  # (H, T_k, D)
-    vv = _gqa(v, groups, 1).transpose(0, 1)
-    scores = torch.matmul(q.transpose(0, 1), kk.transpose(1, 2)).float() * scale + mask
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(q.dtype)
+    if window is not None:
+        allowed &= end_k[None, :] - end_q[:, None] < window
+    out = attend(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), allowed, scale, dropout_p, softcap, sinks)
+    return out.transpose(0, 1).contiguous()
+
+
+def attend(q, k, v, allowed, scale: float, dropout_p: float = 0.0, softcap=None, sinks=None) -> torch.Tensor:
+    """Dense masked attention ``softmax(cap(q k^T * scale) | allowed [, sink]) v`` in float32 math.
+
+    ``q (..., H, S, D)``, ``k, v (..., H_kv, K, D)``, ``allowed`` a bool mask broadcastable to
+    ``(..., H, S, K)``; returns ``(..., H, S, D)`` in ``q``'s dtype. Rows with no allowed key give 0.
+
+    Example:
+        >>> q = torch.randn(2, 3, 4)
+        >>> attend(q, q, q, torch.ones(3, 3, dtype=torch.bool), 0.5).shape
+        torch.Size([2, 3, 4])
+    """
+    groups = q.shape[-3] // k.shape[-3]
+    kk, vv = _gqa(k, groups, -3), _gqa(v, groups, -3)
+    scores = torch.matmul(q, kk.transpose(-1, -2)).float() * scale
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    if sinks is not None:
+        sink = sinks.float().reshape(-1, 1, 1).expand(*scores.shape[:-1], 1)
+        scores = torch.cat([scores, sink], dim=-1)
+        scores = scores - scores.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(scores, dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    probs = probs.to(q.dtype)
     if dropout_p:
         probs = F.dropout(probs, p=dropout_p)
-    return torch.matmul(probs, vv).transpose(0, 1).contiguous()
+    return torch.matmul(probs, vv)
 
 
-def _flex(q, k, v, cu_q, cu_k, causal, scale) -> torch.Tensor:
+def _flex(q, k, v, cu_q, cu_k, causal, scale, window=None) -> torch.Tensor:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     doc_q, end_q = _doc_layout(cu_q, q.shape[0])
@@ -219,6 +304,8 @@ def _flex(q, k, v, cu_q, cu_k, causal, scale) -> torch.Tensor:
 
     def mask_mod(b, h, qi, ki):
         same = doc_q[qi] == doc_k[ki]
+        if window is not None:
+            same = same & (end_k[ki] - end_q[qi] < window)
         return same & (end_k[ki] >= end_q[qi]) if causal else same
 
     block = create_block_mask(mask_mod, None, None, q.shape[0], k.shape[0], device=q.device)

@@ -7,6 +7,7 @@ import math
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from ._console import out
 
@@ -14,13 +15,15 @@ from ._console import out
 # flex = flex_attention with a document BlockMask, packwise = backend "auto".
 ATTN_PATHS = {"eager": "dense", "sdpa": "sdpa", "flex": "flex", "packwise": "auto"}
 MAX_DOCS = 64  # documents per verify run: each runs alone 4 times per path
+EXIT_REFUSED = 3  # every requested path was refused by use_packed_attention (exit 1 = a leak, 0 = isolated)
 
 
 def verify(
     model: Annotated[
         str,
         typer.Option(
-            help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | tiny-qwen2.5-omni | smollm2 | PATH (HF dir or .gguf)"
+            help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | tiny-qwen2.5-omni | smollm2 | a family (mistral, gemma2, bamba, ...: "
+            "tiny random config) | PATH (your HF checkpoint dir or .gguf)"
         ),
     ] = "tiny-llama",
     attn: Annotated[
@@ -41,14 +44,19 @@ def verify(
     raw: Annotated[
         bool, typer.Option(help="Also check HF's plain path (position ids only, default settings).")
     ] = False,
+    allow: Annotated[
+        str, typer.Option(help="Comma list of module classes to accept in an unverified model family (opt-in).")
+    ] = "",
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Compare each document's logits, the loss and the gradients packed vs alone; exit 0 iff every
-    packwise path is isolated within tolerance (use_cache on and off, eval and train mode)."""
+    packwise path that is not refused is isolated within tolerance (use_cache on and off, eval and train
+    mode), 1 on a leak, 3 when every path is REFUSED (the reason is printed)."""
     import torch
 
-    from ..hf import use_packed_attention
+    from ..hf import PackingRefused, use_packed_attention
     from ..verify import TINY, check_equivalence, load_documents, load_model
+    from ..verify._families import FAMILIES
 
     paths = list(dict.fromkeys(a.strip() for a in attn.split(",") if a.strip()))  # each path once
     unknown = [a for a in paths if a not in ATTN_PATHS]
@@ -65,9 +73,21 @@ def verify(
         )
     if max_tokens < 2:
         raise ValueError(f"--max-tokens {max_tokens}: must be >= 2")
-    tol = atol if atol is not None else (1e-5 if model in TINY else 1e-4)
-    net, tok = load_model(model)
-    if model == "tiny-qwen2.5-vl":  # text-only and image documents mixed in one pack
+    family = model[5:] if model.startswith("tiny-") and model[5:] in FAMILIES else model
+    tol = atol if atol is not None else (1e-5 if model in TINY or family in FAMILIES else 1e-4)
+    if family in FAMILIES and model not in TINY:
+        from ..tokenize import load_tokenizer
+        from ..verify._families import family_model
+        from ..verify._matrix import family_documents
+
+        tok = load_tokenizer("qwen2.5")
+        torch.manual_seed(0)
+        net = family_model(family, len(tok))
+    else:
+        net, tok = load_model(model)
+    if family in FAMILIES and model not in TINY:
+        docs = family_documents(family, tok, net, num_docs=num_docs, max_tokens=max_tokens)
+    elif model == "tiny-qwen2.5-vl":  # text-only and image documents mixed in one pack
         from ..verify._models import load_multimodal_documents
 
         docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
@@ -78,9 +98,14 @@ def verify(
     else:
         vocab = net.get_input_embeddings().num_embeddings
         docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens, vocab_size=vocab)
-    reports = []
+    reports, refused = [], {}
+    allowed = [a.strip() for a in allow.split(",") if a.strip()]
     for name in paths:
-        use_packed_attention(net, backend=ATTN_PATHS[name])
+        try:
+            use_packed_attention(net, backend=ATTN_PATHS[name], allow=allowed)
+        except PackingRefused as e:
+            refused[name] = e.reason
+            continue
         for use_cache in (False, True):
             for train in (False, True):
                 # one gradient comparison per path (eval mode, no cache); flex has no backward on CPU
@@ -103,23 +128,35 @@ def verify(
                 )
             )  # fmt: skip
     ok = all(r.isolated for r in reports)
+    verdict = "REFUSED" if not reports else "ISOLATED" if ok else "NOT ISOLATED"
     if json_out:
         payload = {
             "model": model,
             "documents": [int((d["input_ids"] if isinstance(d, dict) else d).numel()) for d in docs],
-            "isolated": ok,
+            "isolated": ok and bool(reports),
+            "verdict": verdict,
+            "refused": refused,
             "packwise": [r.to_dict() for r in reports],
             "raw": [r.to_dict() for r in raw_reports],
         }
         out.print_json(json.dumps(payload))
     else:
-        out.print(_table(model, docs, reports, raw_reports))
+        if reports:
+            out.print(_table(model, docs, reports, raw_reports))
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in refused.items():
+            by_reason.setdefault(reason, []).append(f"packwise/{name}")
+        for reason, names in by_reason.items():
+            out.print(f"[bold yellow]REFUSED[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
+    if reports and not json_out:
         verdict = "[bold green]ISOLATED[/]" if ok else "[bold red]NOT ISOLATED[/]"
         out.print(
             f"{verdict}: every packwise path within atol {tol:g} + rtol {rtol:g}·|logit|"
             if ok
             else f"{verdict} (atol {tol:g}, rtol {rtol:g})"
         )
+    if not reports:
+        raise typer.Exit(EXIT_REFUSED)
     if not ok:
         raise typer.Exit(1)
 

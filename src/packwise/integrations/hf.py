@@ -11,6 +11,9 @@ eager/sdpa only when ``use_cache=False``.
 
 from __future__ import annotations
 
+import inspect
+import sys
+import types
 from collections.abc import Mapping, Sequence
 from functools import partial
 
@@ -19,7 +22,14 @@ import torch
 
 from ..assemble import PackedSequence, assemble_batch, assemble_pack, collate_packs
 from ..assemble._pack import MEDIA_KEYS
-from ..attention import BACKENDS, Backend, varlen_attention
+from ..attention import BACKENDS, Backend
+from ._hf_attention import packwise_attention_forward
+from ._hf_guard import ENCODERS, PackingRefused, _family, check_model, position_offset
+
+__all__ = [
+    "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
+    "position_offset", "register_packed_attention", "use_packed_attention",
+]  # fmt: skip
 
 HF_KEYS = ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
@@ -100,8 +110,11 @@ class PackedDataCollator:
 
     A row is either one tokenized sample (``input_ids`` + optional ``labels`` or ``loss_mask``) or a row of
     ``packwise pack`` output (``input_ids``, ``labels``, ``seq_lengths``): every document of every row
-    becomes a segment of one ``[1, T]`` row. Keep ``seq_lengths`` through the Trainer with
-    ``TrainingArguments(remove_unused_columns=False)``.
+    becomes a segment of one ``[1, T]`` row. Under ``Trainer``'s default ``remove_unused_columns=True``
+    ``seq_lengths`` survives when the model was patched by :func:`use_packed_attention` (its forward
+    accepts the column) and always under TRL's ``SFTTrainer`` (which keeps it). When a ``Trainer`` has
+    pruned ``seq_lengths`` from a dataset that has it, the first call raises instead of merging a pack into
+    one document.
 
     Args:
         pad_to_multiple_of: pad T up to a multiple (one extra segment, labels -100).
@@ -143,10 +156,13 @@ class PackedDataCollator:
         self.position_offset = position_offset
         self.pad_token_id = pad_token_id
         self.return_packwise_keys = return_packwise_keys
+        self._trainer_checked = False
 
     def __call__(self, features: Sequence[Mapping]) -> dict:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
+        if not self._trainer_checked and not any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features):
+            self._trainer_checked = _check_trainer_kept_boundaries()  # once per collator, when a Trainer calls it
         if not any(isinstance(f, PackedSequence) for f in features):  # one fused pass (same batch, bit for bit)
             batch = assemble_batch(
                 [_sequences(f, i) for i, f in enumerate(features)], alignment=self.alignment,
@@ -172,61 +188,62 @@ class PackedDataCollator:
         return out
 
 
+def _check_trainer_kept_boundaries() -> bool:
+    """Raise if a ``transformers.Trainer`` up the call stack pruned ``seq_lengths`` from a packed dataset.
+
+    The Trainer drops dataset columns that are not ``model.forward`` parameters before the collator runs, so
+    a pack would reach the model as one document. Checked on the collator's first batch (in the process that
+    runs the Trainer: ``dataloader_num_workers=0``, the default). Returns whether a Trainer was found.
+    """
+    trainer_mod = sys.modules.get("transformers.trainer")
+    if trainer_mod is None:
+        return False
+    frame = sys._getframe(2)
+    for _ in range(64):
+        if frame is None:
+            return False
+        trainer = frame.f_locals.get("self")
+        if isinstance(trainer, trainer_mod.Trainer):
+            break
+        frame = frame.f_back
+    else:
+        return False
+    if not getattr(trainer.args, "remove_unused_columns", False):
+        return True
+    kept = trainer._signature_columns or []
+    sets = (
+        [trainer.train_dataset, *(getattr(trainer, "eval_dataset", None) or {}).values()]
+        if isinstance(getattr(trainer, "eval_dataset", None), dict)
+        else [trainer.train_dataset, getattr(trainer, "eval_dataset", None)]
+    )
+    has = any(_has_seq_lengths(d) for d in sets if d is not None)
+    if has and "seq_lengths" not in kept:
+        raise ValueError(
+            f"{type(trainer).__name__} removed the 'seq_lengths' column (remove_unused_columns=True keeps only "
+            f"{type(trainer.model).__name__}.forward's parameters), so PackedDataCollator would merge every pack into "
+            "ONE document. Fix: call packwise.hf.use_packed_attention(model) before building the Trainer (the patched "
+            "forward accepts seq_lengths), or pass TrainingArguments(remove_unused_columns=False)"
+        )
+    return True
+
+
+def _has_seq_lengths(dataset) -> bool:
+    """Whether a dataset's rows carry ``seq_lengths``: a ``datasets.Dataset``'s columns, else its first row."""
+    names = getattr(dataset, "column_names", None)
+    if names is not None:
+        return "seq_lengths" in names
+    try:
+        first = dataset[0]  # a torch map-style Dataset or a list of dicts (Trainer prunes their keys per batch)
+    except Exception:  # an iterable dataset or one that cannot be indexed: nothing to inspect
+        return False
+    return isinstance(first, Mapping) and "seq_lengths" in first
+
+
 def _text_positions(cu_padded: torch.Tensor, total: int) -> torch.Tensor:
     """Per-segment arange over the physical segments (what HF's packed-sequence detection expects)."""
     seg = cu_padded.to(torch.int64).diff()
     starts = cu_padded[:-1].to(torch.int64)
     return torch.arange(total, device=cu_padded.device) - torch.repeat_interleave(starts, seg)
-
-
-def packwise_attention_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    *,
-    backend: Backend = "auto",
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """An ``AttentionInterface`` function: varlen attention on the collator's ``cu_seq_lens_q/k``.
-
-    ``query`` is ``(B, H, S, D)``; with ``cu_seq_lens_q/k`` the ``B·S`` tokens are attended document by
-    document (the mask HF built is ignored). Without them (unpacked batches, generation) this is plain SDPA
-    with HF's mask. Returns ``((B, S, H, D), None)``.
-
-    Raises:
-        ValueError: boundaries given together with a populated KV cache (keys longer than queries).
-    """
-    cu_q = kwargs.get("cu_seq_lens_q")
-    causal = kwargs.get("is_causal")
-    causal = getattr(module, "is_causal", True) if causal is None else causal
-    if cu_q is None or not causal:
-        # Unpacked input, generation, or a bidirectional module (a VLM's vision tower receives the text
-        # kwargs too): the text boundaries do not apply — plain SDPA with HF's mask.
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-        )
-    cu_k = kwargs.get("cu_seq_lens_k", cu_q)
-    b, h, s, d = query.shape
-    if key.shape[2] != s:
-        raise ValueError(
-            f"packed attention got {s} queries but {key.shape[2]} keys: a populated KV cache cannot be combined with "
-            "cu_seq_lens (pass use_cache=False when continuing from a cache)"
-        )
-    q = query.transpose(1, 2).reshape(b * s, h, d)
-    k = key.transpose(1, 2).reshape(b * s, key.shape[1], d)
-    v = value.transpose(1, 2).reshape(b * s, value.shape[1], d)
-    out = varlen_attention(
-        q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-        max_seqlen_q=int(kwargs.get("max_length_q") or s), max_seqlen_k=int(kwargs.get("max_length_k") or s),
-        causal=True, scale=scaling, backend=backend, dropout_p=dropout if module.training else 0.0,
-    )  # fmt: skip
-    return out.reshape(b, s, h, d), None
 
 
 def attention_name(backend: Backend = "auto") -> str:
@@ -247,14 +264,29 @@ def register_packed_attention(backend: Backend = "auto") -> str:
     return name
 
 
-def use_packed_attention(model, *, backend: Backend = "auto"):
+def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[str] = ()):
     """Switch a Hugging Face model to packwise attention so packed documents never attend to each other.
 
-    Works for every model whose attention dispatches through transformers' ``AttentionInterface`` (Llama,
-    Qwen2, Mistral, Gemma, ...). Boundaries come from the collator's ``cu_seq_lens_q/k``, never from token
-    values or position ids. Returns the model (switched in place).
+    Checks the model first (:class:`PackingRefused` names what cannot be isolated), then routes every
+    attention layer through :func:`packwise_attention_forward` — boundaries come from the collator's
+    ``cu_seq_lens_q/k``, never from token values or position ids — and wraps ``model.forward`` so that
+    (a) ``Trainer(remove_unused_columns=True)`` keeps the ``seq_lengths`` column (the forward lists it)
+    and (b) a packed row without boundaries is refused: position ids that restart inside a row without
+    ``cu_seq_lens_q``, ``seq_lengths`` passed to the model itself, or documents whose first position id
+    is not the model's :func:`position_offset`. Sliding windows, logit softcapping, attention sinks,
+    custom scaling and encoder (bidirectional) attention are honoured per document; ``generate`` works.
+    Returns the model (switched in place).
+
+    Args:
+        backend: varlen backend (see :mod:`packwise.attention`); ``auto`` picks one that honours the
+            model's features.
+        allow: module class names to accept in a model family packwise has not verified — only after
+            ``packwise verify --model PATH`` printed ISOLATED for it. Stateful mixers are refused anyway.
 
     Raises:
+        PackingRefused: (a ``ValueError``) a stateful mixer (Mamba, gated DeltaNet, short conv: named with
+            the model type), an unverified module class (named, with the ``allow`` opt-in), or a config
+            feature the backend cannot honour (field and value).
         ValueError: an unknown backend, or a model that cannot switch attention implementation.
 
     Example:
@@ -262,12 +294,72 @@ def use_packed_attention(model, *, backend: Backend = "auto"):
         >>> cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
         ...                   num_attention_heads=4, num_key_value_heads=2)
         >>> model = use_packed_attention(LlamaForCausalLM(cfg), backend="sdpa")
-        >>> model.config._attn_implementation
-        'packwise_sdpa'
+        >>> model.config._attn_implementation, "seq_lengths" in inspect.signature(model.forward).parameters
+        ('packwise_sdpa', True)
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    check_model(model, backend, allow)
     name = register_packed_attention(backend)
     try:
         model.set_attn_implementation(name)
     except (ValueError, AttributeError) as e:
         raise ValueError(f"{type(model).__name__} cannot switch to packwise attention: {e}") from e
+    for module in model.modules():
+        if _family(type(module)) in ENCODERS and getattr(module, "is_causal", None) is False:
+            module._packwise_bidirectional = True  # an encoder's self-attention: per document, both directions
+    _wrap_forward(model)
     return model
+
+
+def _wrap_forward(model) -> None:
+    """Give ``model`` an instance ``forward`` that lists ``seq_lengths`` and refuses rows without boundaries."""
+    if getattr(getattr(model.forward, "__func__", None), "_packwise", False):
+        return
+    offset = position_offset(model)
+
+    def forward(self, *args, seq_lengths=None, **kwargs):
+        if seq_lengths is not None:
+            raise ValueError(
+                "seq_lengths reached the model: it is PackedDataCollator's input (turned into cu_seq_lens_q/k and "
+                "restarting position_ids); pass data_collator=PackedDataCollator() to the Trainer"
+            )
+        if str(getattr(self.config, "_attn_implementation", "")).startswith("packwise"):
+            _check_boundaries(kwargs, offset)
+        return type(self).forward(self, *args, **kwargs)
+
+    params = list(inspect.signature(type(model).forward).parameters.values())
+    extra = inspect.Parameter("seq_lengths", inspect.Parameter.KEYWORD_ONLY, default=None)
+    var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "seq_lengths"]
+    forward.__signature__ = inspect.Signature([*params, extra, *var_kw])
+    forward._packwise = True
+    forward.__doc__ = type(model).forward.__doc__
+    model.forward = types.MethodType(forward, model)
+
+
+def _check_boundaries(kwargs: dict, offset: int) -> None:
+    pos = kwargs.get("position_ids")
+    if not isinstance(pos, torch.Tensor) or pos.shape[-1] < 2:
+        return
+    if pos.dim() == 3:  # MRoPE: [4, B, T] carries the text positions in row 0; [3, B, T] none
+        if pos.shape[0] != 4:
+            return
+        pos = pos[0]
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:
+        if kwargs.get("attention_mask") is None and bool((pos.diff(dim=-1) <= 0).any()):
+            where = int((pos.diff(dim=-1) <= 0).nonzero()[0, -1]) + 1
+            raise ValueError(
+                f"a packed row reached the model without boundaries: position_ids restart at token {where} but no "
+                "cu_seq_lens_q/k were given, so documents would attend to each other. Build batches with "
+                "packwise.hf.PackedDataCollator (it emits cu_seq_lens_q/k from seq_lengths)"
+            )
+        return
+    if pos.dim() == 2 and pos.shape[0] == 1 and offset:
+        starts = pos[0, cu[:-1].long().clamp(max=pos.shape[-1] - 1)]
+        if bool((starts[cu.diff() > 0] != offset).any()):
+            raise ValueError(
+                f"documents start at position ids {sorted(set(starts.tolist()))} but this model's first position is "
+                f"{offset} (RoBERTa-style: pad_token_id + 1); use PackedDataCollator(position_offset={offset})"
+            )

@@ -32,7 +32,8 @@ class EquivalenceReport:
         max_abs_diff: the largest of them.
         loss_packed, loss_unpacked: token-mean cross-entropy over all documents (same global count).
         loss_abs_diff: |loss_packed - loss_unpacked|.
-        grad_max_rel_diff: max over parameters of max|g_packed - g_alone| / max|g_alone| (None if skipped).
+        grad_max_rel_diff: max over parameters of max|g_packed - g_alone| / max|g_alone| (None if skipped);
+            the denominator is at least 1e-6 of the model's largest gradient (zero-gradient parameters).
         perturbation_max_abs_diff: max change of the other documents' logits when document 0 changes.
         atol, rtol, grad_rtol: tolerances used (logits: ``|packed - alone| <= atol + rtol * |alone|`` per
             element, as :func:`torch.testing.assert_close`).
@@ -116,8 +117,8 @@ def _alone_batch(d: dict) -> dict:
     return batch
 
 
-def _packed_batch(docs: list[dict], inputs: Inputs) -> dict:
-    batch = PackedDataCollator()(docs)
+def _packed_batch(docs: list[dict], inputs: Inputs, offset: int = 0) -> dict:
+    batch = PackedDataCollator(position_offset=offset)(docs)
     media = {k: batch[k] for k in (*MEDIA, "mm_token_type_ids") if k in batch}
     if inputs == "position_ids":
         return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], **media}
@@ -139,6 +140,7 @@ def check_equivalence(
     check_grads: bool = True,
     perturbation: bool = True,
     path: str | None = None,
+    position_offset: int | None = None,
 ) -> EquivalenceReport:
     """Compare every document's logits, the loss and all gradients, packed vs alone.
 
@@ -160,6 +162,8 @@ def check_equivalence(
         check_grads: compare parameter gradients (one backward each way).
         perturbation: change document 0 and require the other documents' logits not to move.
         path: a label for the report.
+        position_offset: first position id of every packed document; None: the model's own
+            (:func:`packwise.hf.position_offset`: RoBERTa ``pad_token_id + 1``, else 0).
 
     Returns:
         An :class:`EquivalenceReport`; ``isolated`` is True iff every check is within tolerance.
@@ -168,6 +172,11 @@ def check_equivalence(
         ValueError: fewer than 2 documents, or a document shorter than 2 tokens.
     """
     docs = _docs(sequences)
+    if position_offset is None:
+        from ..integrations.hf import position_offset as model_offset
+
+        position_offset = model_offset(model)
+    inputs = (inputs, position_offset)
     was_training = model.training
     model.train(train)
     try:
@@ -176,7 +185,7 @@ def check_equivalence(
         with torch.no_grad():
             for d in docs:
                 alone.append(_forward(model, _alone_batch(d), use_cache)[0])
-            packed = _forward(model, _packed_batch(docs, inputs), use_cache)[0]
+            packed = _forward(model, _packed_batch(docs, *inputs), use_cache)[0]
         diffs, close, start = [], True, 0
         for logits, n in zip(alone, lengths):
             delta = (packed[start : start + n] - logits).abs()
@@ -194,7 +203,7 @@ def check_equivalence(
     ok = close and abs(float(loss_p) - float(loss_u)) <= atol
     ok = ok and (grad_diff is None or grad_diff <= grad_rtol) and (perturb is None or perturb <= atol)
     return EquivalenceReport(
-        path=path or f"{getattr(model.config, '_attn_implementation', '?')} / {inputs}",
+        path=path or f"{getattr(model.config, '_attn_implementation', '?')} / {inputs[0]}",
         use_cache=use_cache,
         train=train,
         per_document_max_abs_diff=diffs,
@@ -218,7 +227,7 @@ def _grads(model) -> dict[str, torch.Tensor]:
 def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
     params = [p for p in model.parameters() if p.requires_grad]
     model.zero_grad(set_to_none=True)
-    logits = _forward(model, _packed_batch(docs, inputs), use_cache)[0]
+    logits = _forward(model, _packed_batch(docs, *inputs), use_cache)[0]
     labels = torch.cat([d["labels"] for d in docs])
     packed_cross_entropy(logits, labels, num_items=total).backward()
     g_packed = _grads(model)
@@ -229,9 +238,12 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
     g_alone = _grads(model)
     model.zero_grad(set_to_none=True)
     worst = 0.0
+    # a parameter whose gradient is zero in exact arithmetic (a key bias: softmax ignores it) holds only
+    # float noise; its differences are measured against 1e-6 of the largest gradient of the model instead
+    floor = 1e-6 * max((float(g.abs().max()) for g in g_alone.values()), default=0.0)
     for name, ga in g_alone.items():
         gp = g_packed.get(name, torch.zeros_like(ga))
-        scale = float(ga.abs().max())
+        scale = max(float(ga.abs().max()), floor)
         if scale > 0:
             worst = max(worst, float((gp - ga).abs().max()) / scale)
     del params
@@ -245,5 +257,5 @@ def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:
     vocab = min(int(getattr(model.config, "vocab_size", None) or model.config.get_text_config().vocab_size), 151_000)
     changed[0]["input_ids"] = torch.where(text, (ids * 7 + 13) % vocab, ids)  # text tokens only: images stay intact
     with torch.no_grad():
-        again = _forward(model, _packed_batch(changed, inputs), use_cache)[0]
+        again = _forward(model, _packed_batch(changed, *inputs), use_cache)[0]
     return float((again[lengths[0] :] - packed[lengths[0] :]).abs().max())
