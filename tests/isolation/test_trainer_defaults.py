@@ -92,6 +92,20 @@ def test_trainer_defaults_unpatched_model_raises_before_training(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no optimizer step happened
 
 
+def test_trainer_defaults_unpatched_model_torch_dataset_raises(tmp_path):
+    """A plain list (map-style torch dataset) of packed rows: the Trainer prunes keys per batch, still loud."""
+    vocab = 97
+    model = _model(vocab)
+    rows = [{k: v for k, v in row.items()} for row in _one_pack(vocab).to_list()]
+    assert "seq_lengths" in rows[0]
+    trainer = transformers.Trainer(
+        model=model, args=_args(transformers.TrainingArguments, tmp_path), train_dataset=rows,
+        data_collator=PackedDataCollator(),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="removed the 'seq_lengths' column"):
+        trainer.train()
+
+
 @pytest.mark.slow
 def test_sft_trainer_defaults_keep_documents_isolated(tmp_path):
     trl = pytest.importorskip("trl")
