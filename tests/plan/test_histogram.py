@@ -114,3 +114,16 @@ def test_cli_histogram(tmp_path, capsys):
     assert got["sequences"] == 7 and got["clipped"][1] == {"capacity": 6, "sequences": 1, "tokens_cut": 1}
     assert main(["plan", str(counts), "--histogram", "--capacity", "8", "--algorithm", "next_fit"]) != 0
     assert "keeps the input order" in capsys.readouterr().err
+
+
+def test_streamed_plan_hash_and_pack_offsets():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 50, 2000)
+    for kw in ({}, {"alignment": 4, "min_packs": 700}):
+        ref = plan_packs(lengths, capacity=64, **kw)
+        hp = plan_histogram(np.bincount(lengths), capacity=64, **kw)
+        assert (hp.pack_offsets(np.arange(hp.num_packs + 1)) == ref.offsets).all()
+        chunks = np.array_split(lengths, 7), np.array_split(ref.order, 3)
+        assert hp.plan_hash(*chunks, chunk_packs=100) == ref.plan_hash()
+        with pytest.raises(ValueError, match="order chunks hold 1999 values, the plan 2000"):
+            hp.plan_hash([lengths], [ref.order[1:]])

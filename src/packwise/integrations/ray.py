@@ -38,7 +38,7 @@ from ..io._write import FORMAT, METADATA, check_output_dir, shard_name, temp_dir
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
-from ..plan import PackPlan, plan_packs
+from ..plan import plan_packs
 from ._ray_io import PIECES_PER_CPU, _source
 from ._ray_workers import MEDIA_TYPES, _split, _tokenize, _write_group
 
@@ -147,22 +147,21 @@ def pack_ray(
         if tokenizer is not None:
             tokenizer = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else [ray.put(tokenizer)]
         opts |= {"name": name, "kind": kind, "tokenizer": tokenizer, "rowsum": fingerprint is None}
-        task = ray.remote(_tokenize).options(num_returns=2)
+        task = ray.remote(_tokenize).options(num_returns=3)
         refs = [task.remote(tag, data, meta, opts, i == 0) for i, (tag, data, meta) in enumerate(pieces)]
-        stats = ray.get([s for s, _ in refs])
-        samples = [r for _, r in refs]
+        stats = ray.get([r[0] for r in refs])
+        samples, lengths = [r[1] for r in refs], [r[2] for r in refs]
         first = next((s["first_columns"] for s in stats if s["first_columns"] is not None), None)
         again = [i for i, s in enumerate(stats) if s["first_columns"] not in (None, first)]
-        for i, (s, r) in zip(again, [task.remote(*pieces[i], opts | {"extra_names": first}, False) for i in again]):
-            stats[i], samples[i] = ray.get(s), r  # as the local engine: the first good row's columns, for all
-        del pieces, refs
+        for i, r in zip(again, [task.remote(*pieces[i], opts | {"extra_names": first}, False) for i in again]):
+            stats[i], samples[i], lengths[i] = ray.get(r[0]), r[1], r[2]  # as the local engine: the first good row's
+        del pieces, refs  # columns, for all
         if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
             fingerprint = f"{sum(s['digest'] for s in stats) % (1 << 64):016x}"
         elif not isinstance(fingerprint, str):
             fingerprint = ray.get(fingerprint)
         skipped, examples = _check(stats, name, skip_bad_rows)
-        lengths = np.concatenate([np.zeros(0, np.int32)] + [s["lengths"] for s in stats]).astype(np.int64)
-        if lengths.shape[0] == 0:  # every sample dropped by overflow: pack_columns' message
+        if sum(s["n"] for s in stats) == 0:  # every sample dropped by overflow: pack_columns' message
             dropped = sum(s["overflow"].get("samples_dropped", 0) for s in stats)
             raise ValueError(
                 f"{name}: no sequence left to pack ({dropped} of {sum(s['rows'] for s in stats) - skipped} samples "
@@ -171,14 +170,14 @@ def pack_ray(
         timings["tokenize"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        plan = plan_packs(lengths, **plan_args)
+        plan = _plan(ray, stats, lengths, plan_args)
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
         tmp = temp_dir(out)
         writers: list = []
         try:
-            shards = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
+            shards, fills, order, pad = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
             rows = sum(s["rows"] for s in stats)
@@ -202,7 +201,8 @@ def pack_ray(
                 tokens_read=sum(s["tokens"] for s in stats), loss_tokens_read=sum(s["loss"] for s in stats),
                 sequences_packed=plan.num_sequences, tokens_packed=sum(s[2] for s in shards),
                 loss_tokens_packed=sum(s[3] for s in shards), loss_tokens_masked_at_boundary=sum(s[4] for s in shards),
-                packs=plan.num_packs, plan_hash=plan.plan_hash(), metrics=plan.metrics(), packwise_version=__version__,
+                packs=plan.num_packs, plan_hash=_plan_hash(ray, plan, lengths, order),
+                metrics=_metrics(plan, fills, pad), packwise_version=__version__,
                 timings=timings, skipped_examples=examples, alignment=plan.alignment,
                 algorithm_options=dict(algorithm_options or {}), multimodal=multimodal,
             )  # fmt: skip
@@ -298,7 +298,7 @@ def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
     too_long = next((s["too_long"] for s in stats if s["too_long"]), None)
     if too_long is not None:
         raise ValueError(too_long)
-    columns = {tuple(c for c in s["columns"] if c != MEDIA_TYPES) for s in stats if len(s["lengths"])}
+    columns = {tuple(c for c in s["columns"] if c != MEDIA_TYPES) for s in stats if s["n"]}
     if len(columns) > 1:
         raise ValueError(
             f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
@@ -307,32 +307,97 @@ def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
     return skipped, [msg.removesuffix(f"; {SKIP_HINT}") for *_, msg in errors[:5]]
 
 
-def _assemble(ray, plan: PackPlan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Send sequences to shard-group writers; ``[(shard, packs, tokens, loss tokens, masked)]`` in shard order."""
-    n_shards = max(1, math.ceil(plan.num_packs / per_shard))
-    pack_bounds = np.minimum(np.arange(n_shards + 1) * per_shard, plan.num_packs)
-    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(int(plan.lengths.sum()) * 8 / GROUP_BYTES)))
+def _plan(ray, stats: list, lengths: list, plan_args: dict):
+    """A :class:`HistogramPlan` from the pieces' length histograms (the driver never sees a per-sequence
+    array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a ``PackPlan`` from the
+    lengths fetched in input order (O(N) driver memory: said in the docs)."""
+    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram, resolve_algorithm
+
+    if resolve_algorithm(plan_args["algorithm"]) not in HISTOGRAM_ALGORITHMS:
+        real = [ray.get(r) for r, s in zip(lengths, stats) if s["n"]]
+        return plan_packs(np.concatenate(real).astype(np.int64), **plan_args)
+    counts = np.zeros(plan_args["capacity"] + 1, dtype=np.int64)
+    for s in stats:
+        np.add.at(counts, s["hist"][0], s["hist"][1])
+    args = {k: v for k, v in plan_args.items() if k != "seed"}  # histogram planners are deterministic
+    return plan_histogram(counts, **args)
+
+
+def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
+    """Send sequences to shard-group writers. Returns ``(shards, pack_length_counts, order refs, pad)``:
+    ``[(shard, packs, tokens, loss tokens, masked)]`` in shard order, ``(C+1,)`` packs per real token count,
+    one ObjectRef per writer to its slice of the plan order, and the pad-to-longest baseline in tokens."""
+    from ..plan import HistogramPlan
+
+    hist = isinstance(plan, HistogramPlan)
+    n_seq, n_packs = plan.num_sequences, plan.num_packs
+    n_shards = max(1, math.ceil(n_packs / per_shard))
+    pack_bounds = np.minimum(np.arange(n_shards + 1) * per_shard, n_packs)
+    tokens = sum(int((s["hist"][0].astype(np.int64) * s["hist"][1]).sum()) for s in stats)
+    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(tokens * 8 / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
-    seq_bounds = plan.offsets[pack_bounds[[g[0] for g in groups] + [n_shards]]]
-    pos = np.empty(plan.num_sequences, dtype=np.int64)  # position of each sequence in plan order
-    pos[plan.order] = np.arange(plan.num_sequences, dtype=np.int64)
-    split = ray.remote(_split).options(num_returns=n_groups)
-    parts, seq, row = [], 0, 0
+    group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
+    seq_bounds = plan.pack_offsets(group_packs) if hist else plan.offsets[group_packs]
+    batch = max(1, round(n_seq / n_packs)) if n_packs else 1  # PackingMetrics' pad-to-longest batch size
+    if hist:
+        hp_ref = ray.put(plan)
+        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+    else:
+        pos = np.empty(n_seq, dtype=np.int64)  # position of each sequence in plan order
+        pos[plan.order] = np.arange(n_seq, dtype=np.int64)
+    split = ray.remote(_split).options(num_returns=n_groups + 1)
+    parts, pads, seq, row = [], [], 0, 0
     for s, ref in zip(stats, samples):
-        n = len(s["lengths"])
+        n = s["n"]
         if n:  # a piece whose rows were all skipped or dropped sends nothing (its ref holds None)
-            out = split.remote(ref, pos[seq : seq + n], seq_bounds, row)
-            parts.append([out] if n_groups == 1 else out)
+            if hist:
+                out = split.remote(ref, hp_ref, cost_offsets.copy(), seq_bounds, row, seq, batch)
+                np.add.at(cost_offsets, plan.costs_of(s["hist"][0]), s["hist"][1])
+            else:
+                out = split.remote(ref, None, pos[seq : seq + n], seq_bounds, row, seq, batch)
+            parts.append(out[:-1])
+            pads.append(out[-1])
         seq, row = seq + n, row + s["rows"]
     samples.clear()
-    columns = {k: v for s in stats if len(s["lengths"]) for k, v in s["columns"].items()}  # pieces agree
-    write = ray.remote(_write_group)
+    columns = {k: v for s in stats if s["n"] for k, v in s["columns"].items()}  # pieces agree
+    write = ray.remote(_write_group).options(num_returns=3)
+    results = []
     for g, shards in enumerate(groups):
         p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
         jobs = [(int(s), int(pack_bounds[s]) - p0, int(pack_bounds[s + 1]) - p0) for s in shards]
-        meta = (str(tmp), n_shards, jobs, plan.offsets[p0 : p1 + 1], plan.capacity, plan.algorithm, columns)
-        writers.append(write.remote(meta, *[p[g] for p in parts]))
-    return [shard for group in ray.get(writers) for shard in group]
+        offsets = plan.pack_offsets(np.arange(p0, p1 + 1)) if hist else plan.offsets[p0 : p1 + 1]
+        meta = (str(tmp), n_shards, jobs, offsets, plan.capacity, plan.algorithm, columns)
+        refs = write.remote(meta, *[p[g] for p in parts])
+        writers.append(refs[0])
+        results.append(refs)
+    done = ray.get(writers)
+    fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
+    whole, edges = 0, {}
+    for share, cut in ray.get(pads):
+        whole += share
+        for b, longest, rows in cut:
+            m, r = edges.get(b, (0, 0))
+            edges[b] = (max(m, longest), r + rows)
+    pad = whole + sum(m * r for m, r in edges.values())
+    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
+
+
+def _plan_hash(ray, plan, lengths: list, order: list) -> str:
+    """``PackPlan.plan_hash``; for a histogram plan streamed from the pieces' lengths and the writers' slices
+    of the plan order, one piece at a time (O(N) time on the driver, O(piece) memory)."""
+    from ..plan import HistogramPlan
+
+    if not isinstance(plan, HistogramPlan):
+        return plan.plan_hash()
+    return plan.plan_hash((ray.get(r) for r in lengths if r is not None), (ray.get(r) for r in order))
+
+
+def _metrics(plan, fills: np.ndarray, pad: int):
+    from ..plan import HistogramPlan
+
+    if not isinstance(plan, HistogramPlan):
+        return plan.metrics()
+    return plan.metrics(pad_to_longest_tokens=pad, pack_length_counts=fills)
 
 
 def _commit(tmp: Path, out: Path, report: PackReport, shards: list[dict]) -> None:

@@ -19,6 +19,7 @@ exceptions to the templates.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -193,6 +194,40 @@ class HistogramPlan:
         per = np.diff(self.template_offsets)
         out = np.repeat(per, self.template_packs)[p0:p1] if p1 - p0 else np.zeros(0, np.int64)
         return out.astype(np.int64)
+
+    def pack_offsets(self, packs) -> np.ndarray:
+        """Plan position (``PackPlan.offsets[p]``) of each pack in ``packs`` (``P`` allowed: gives N); int64."""
+        packs = np.asarray(packs, dtype=np.int64)
+        size = np.diff(self.template_offsets)
+        first = np.zeros(size.shape[0] + 1, dtype=np.int64)
+        np.cumsum(size * self.template_packs, out=first[1:])
+        t = np.maximum(np.searchsorted(self.template_start, packs, side="right") - 1, 0)
+        if not size.shape[0]:
+            return np.zeros(packs.shape, np.int64)
+        return first[t] + (packs - self.template_start[t]) * size[t]
+
+    def plan_hash(self, lengths_chunks, order_chunks, *, chunk_packs: int = 1 << 20) -> str:
+        """``PackPlan.plan_hash`` of the expanded plan, streamed: ``lengths_chunks`` are the ``(N,)`` lengths
+        in input order and ``order_chunks`` the ``(N,)`` plan order (``PackPlan.order``), each as consecutive
+        chunks (any sizes); memory is one chunk. Raises ValueError when the chunks do not add up to N."""
+        n = self.num_sequences
+        h = hashlib.sha256(b"packwise-plan-v1")
+        h.update(np.asarray([self.capacity, self.alignment, n], dtype="<i8").tobytes())
+        for name, chunks in (("lengths", lengths_chunks), ("order", order_chunks)):
+            seen = 0
+            for chunk in chunks:
+                arr = np.ascontiguousarray(chunk, dtype="<i8")
+                seen += arr.shape[0]
+                h.update(arr.tobytes())
+            if seen != n:
+                raise ValueError(f"plan_hash: {name} chunks hold {seen} values, the plan {n} sequences")
+            if name == "lengths":
+                h.update(np.asarray([n], dtype="<i8").tobytes())
+        p = self.num_packs
+        h.update(np.asarray([p + 1], dtype="<i8").tobytes())
+        for a in range(0, p + 1, chunk_packs):
+            h.update(self.pack_offsets(np.arange(a, min(a + chunk_packs, p + 1))).astype("<i8").tobytes())
+        return h.hexdigest()
 
     def pack_cost_counts(self) -> np.ndarray:
         """``(C+1,)`` int64: packs per total cost (the fill histogram when alignment is 1)."""
