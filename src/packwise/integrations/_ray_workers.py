@@ -190,7 +190,11 @@ def _write_group(meta: tuple, *parts):
         plan = PackPlan(order[a:b], offsets[p0 : p1 + 1] - offsets[p0], lengths, capacity, algorithm)
         fills += np.bincount(plan.pack_lengths(), minlength=capacity + 1)
         packed = PackedColumns.build(samples, plan)
-        pq.write_table(packed.table(), Path(tmp) / shard_name(shard, n_shards), row_group_size=ROW_GROUP_PACKS)
+        if isinstance(tmp, str):
+            pq.write_table(packed.table(), Path(tmp) / shard_name(shard, n_shards), row_group_size=ROW_GROUP_PACKS)
+        else:  # a Loc on a pyarrow filesystem (remote output)
+            where = tmp.child(shard_name(shard, n_shards))
+            pq.write_table(packed.table(), where.path, filesystem=where.fs, row_group_size=ROW_GROUP_PACKS)
         loss = int((packed.labels != IGNORE_INDEX).sum())
         done.append((shard, packed.num_packs, int(packed.ids.shape[0]), loss, packed.loss_tokens_masked_at_boundary))
     return done, fills, seq

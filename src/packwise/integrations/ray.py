@@ -39,6 +39,7 @@ from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
 from ..plan import plan_packs
+from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
 from ._ray_workers import MEDIA_TYPES, _split, _tokenize, _write_group
 
@@ -70,6 +71,8 @@ def pack_ray(
     overwrite: bool = False,
     num_cpus: int | None = None,
     ray_address: str | None = None,
+    runtime_env: dict | None = None,
+    filesystem=None,
 ) -> PackReport:
     """Pack a dataset on Ray into ``output``, in the ``packwise pack`` format, with the local engine's packs.
 
@@ -130,15 +133,19 @@ def pack_ray(
     plan_args |= {"max_sequences_per_pack": max_sequences_per_pack, **(algorithm_options or {})}
     plan_packs([1], **plan_args)  # checks the algorithm and its options before any work
     plan_args |= {"min_packs": min_packs, "pack_count_multiple": pack_count_multiple}
-    out = check_output_dir(output, overwrite=overwrite)
+    remote = resolve(output, filesystem)
+    if remote is not None:
+        out = RemoteOutput(remote, overwrite=overwrite)
+    else:
+        out = check_output_dir(output, overwrite=overwrite)
     timings: dict[str, float] = {}
     opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
     limit = capacity // alignment * alignment  # as pack_columns: the longest sequence that still fits once aligned
     opts |= {"capacity": limit, "overflow": overflow, "vision": vision}
-    with _session(num_cpus, ray_address):
+    with _session(num_cpus, ray_address, runtime_env):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus)
+        name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus, filesystem)
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -174,7 +181,7 @@ def pack_ray(
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        tmp = temp_dir(out)
+        tmp = out.start() if remote is not None else temp_dir(out)
         writers: list = []
         try:
             shards, fills, order, pad = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
@@ -208,13 +215,17 @@ def pack_ray(
             )  # fmt: skip
             report.check()
             _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
+            tmp = None
         except BaseException as e:
             # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task
             # whose reply is in flight aborts the driver process (a fatal check in Ray's TaskManager, seen
             # with ray 2.60 here). On Ctrl-C nothing waits: the session's shutdown stops the workers.
             if writers and isinstance(e, Exception):
                 ray.wait(writers, num_returns=len(writers), timeout=WRITER_WAIT_S)
-            shutil.rmtree(tmp, ignore_errors=True)
+            if remote is not None:
+                out.abort()
+            elif tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         timings["write"] = time.perf_counter() - t
     return report
@@ -268,16 +279,22 @@ def pack_dataset(
 
 
 @contextmanager
-def _session(num_cpus: int | None, address: str | None):
+def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None = None):
     import ray
 
     if ray.is_initialized():
+        if runtime_env is not None:
+            raise ValueError(
+                "runtime_env applies to the Ray session pack_ray starts; Ray is already initialised in this "
+                "process: pass runtime_env to your ray.init, or call pack_ray before it"
+            )
         yield
         return
+    env = {"runtime_env": runtime_env} if runtime_env is not None else {}
     if address is None:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **env)
     else:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, **env)
     try:
         yield
     finally:
@@ -366,7 +383,8 @@ def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, 
         p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
         jobs = [(int(s), int(pack_bounds[s]) - p0, int(pack_bounds[s + 1]) - p0) for s in shards]
         offsets = plan.pack_offsets(np.arange(p0, p1 + 1)) if hist else plan.offsets[p0 : p1 + 1]
-        meta = (str(tmp), n_shards, jobs, offsets, plan.capacity, plan.algorithm, columns)
+        meta = (tmp if not isinstance(tmp, Path) else str(tmp), n_shards, jobs, offsets, plan.capacity, plan.algorithm)
+        meta += (columns,)
         refs = write.remote(meta, *[p[g] for p in parts])
         writers.append(refs[0])
         results.append(refs)
@@ -400,11 +418,15 @@ def _metrics(plan, fills: np.ndarray, pad: int):
     return plan.metrics(pad_to_longest_tokens=pad, pack_length_counts=fills)
 
 
-def _commit(tmp: Path, out: Path, report: PackReport, shards: list[dict]) -> None:
-    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it)."""
+def _commit(tmp, out, report: PackReport, shards: list[dict]) -> None:
+    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it); for
+    remote output, shards moved from the temporary prefix and ``metadata.json`` written last."""
     from ..cli._pack import metadata
 
     meta = {"format": FORMAT, **metadata(report), "shards": shards}
+    if isinstance(out, RemoteOutput):
+        out.commit([s["file"] for s in shards], json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        return
     (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     old = out.parent / f".{out.name}.old-{os.getpid()}" if out.exists() else None
     if old is not None:
