@@ -207,7 +207,7 @@ def test_options_checked_before_work(tmp_path):
         pack_ray([GOOD], tmp_path / "o", capacity=0)
     with pytest.raises(ValueError, match="num_cpus must be an integer >= 1, got 0"):
         pack_ray([GOOD], tmp_path / "o", num_cpus=0)
-    with pytest.raises(TypeError, match=r"pack_ray takes a JSONL/Parquet path, a ray.data.Dataset, .* got dict"):
+    with pytest.raises(TypeError, match=r"pack_ray takes a JSONL/Parquet/HF-dataset path or URI, a ray.data.Dataset, .* got dict"):
         pack_ray({"messages": []}, tmp_path / "o")
     assert list(tmp_path.iterdir()) == []
 
@@ -270,3 +270,15 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
     assert "--ray-address and --num-cpus apply to --engine ray" in capsys.readouterr().err
     assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 1
     assert "--engine 'spark': use local or ray" in capsys.readouterr().err
+
+
+def test_saved_hf_dataset_directory(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = [{"input_ids": [(3 * i + j) % 500 + 1 for j in range(1 + (13 * i) % 40)]} for i in range(300)]
+    path = tmp_path / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(path), num_shards=2)
+    options = {"capacity": 64, "packs_per_shard": 30}
+    local = local_output(path, tmp_path / "local", **options)
+    report = pack_ray(path, tmp_path / "ray", **options)
+    assert (report.input, report.plan_hash, report.rows_read) == (str(path), local.plan_hash, 300)
+    same_files(tmp_path / "ray", tmp_path / "local")

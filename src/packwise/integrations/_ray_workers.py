@@ -162,6 +162,8 @@ def _write_group(meta: tuple, *parts):
     import pyarrow.parquet as pq
 
     tmp, n_shards, jobs, offsets, capacity, algorithm, columns = meta
+    if isinstance(offsets, tuple):  # (HistogramPlan, first pack, last pack + 1): O(packs of this group) here
+        offsets = offsets[0].pack_offsets(np.arange(offsets[1], offsets[2] + 1))
     parts = [p for p in parts if p is not None]
 
     def cat(values: list, dtype: str) -> np.ndarray:

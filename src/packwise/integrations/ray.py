@@ -1,28 +1,33 @@
-"""Offline packing on Ray: distributed read, tokenization, assembly and Parquet write, with the same packs
-and output as ``packwise pack``.
+"""Offline packing on Ray (Ray core tasks): distributed read, tokenization, assembly and Parquet write, with
+the same packs and output as ``packwise pack``, and a driver whose memory does not grow with the dataset.
 
 1. Read + tokenize, on workers. The input is cut into pieces in input order: JSONL byte ranges cut at line
-   ends, Parquet row groups (sliced), ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or
-   slices of in-memory rows. Each piece runs the local engine's own validation, tokenization, first-label
-   normalisation and overflow policy; its samples stay in the object store. (JSONL is not read with
-   ``ray.data.read_json``, which infers Arrow types and fails a whole block on one bad row, nor with
-   ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte ranges keep the local
-   reader's line numbers and messages. Parquet paths skip Ray Data's read, which cost 2-7 s per call here.)
-2. Plan, on the driver. Per-sequence lengths (an ``(N,)`` int array, the only per-row data the driver holds)
-   are concatenated in global sequence order and planned with :func:`packwise.plan.plan_packs`.
-3. Assemble + write, on workers. Each piece sends its sequences to the writer of their shard group, which
-   builds packs with ``PackedColumns.build`` and writes ``packs-*.parquet`` into a temporary directory.
-4. Commit, on the driver. ``metadata.json`` is written and the directory renamed into place; a failed run
-   leaves no partial output.
+   ends, Parquet row groups (sliced), Arrow files of a saved HF dataset (sliced), ``ray.data.Dataset`` blocks
+   (sliced; read with ``preserve_order``), or slices of in-memory rows; paths are local or on any pyarrow
+   filesystem (``s3://...``, see ``_ray_fs``). Each piece runs the local engine's own validation,
+   tokenization, first-label normalisation and overflow policy; its samples stay in the object store and the
+   driver gets its length histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types
+   and fails a whole block on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other
+   Unicode breaks: byte ranges keep the local reader's line numbers and messages.)
+2. Plan, on the driver, from the summed histogram with :func:`packwise.plan.plan_histogram`: pack templates,
+   O(C + templates) memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them
+   the ``(N,)`` lengths come to the driver and :func:`packwise.plan.plan_packs` plans.)
+3. Place + assemble + write, on workers. Each piece places its own sequences from the templates and its
+   per-length offsets (sequences of each length in earlier pieces) and sends them to the writer of their shard
+   group, which builds packs with ``PackedColumns.build`` and writes ``packs-*.parquet`` into a temporary
+   directory (or prefix).
+4. Commit, on the driver. The plan hash is streamed from the pieces' lengths and the writers' slices of the
+   plan order; ``metadata.json`` is written and the directory renamed into place (remote: shards moved from the
+   temporary prefix, ``metadata.json`` last); a failed run leaves no partial output.
 
-On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), install packwise (with the
-``hf`` extra for text input) on every node, and put the input, the output directory and any local tokenizer
-directory on a filesystem every node sees at the same path.
+On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), either install packwise (with the
+``hf`` extra for text input) on every node, or pass ``runtime_env={"py_modules": [packwise.__path__[0]],
+"pip": [...]}``; local inputs, outputs and tokenizer directories must be on a filesystem every node sees at the
+same path (or use ``s3://`` URIs).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -33,15 +38,16 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..io._read import FORMATS, SKIP_HINT, Format
-from ..io._write import FORMAT, METADATA, check_output_dir, shard_name, temp_dir
+from ..io._read import FORMATS, Format
+from ..io._write import check_output_dir, shard_name, temp_dir
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
 from ..plan import plan_packs
+from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_workers import MEDIA_TYPES, _split, _tokenize, _write_group
+from ._ray_workers import _split, _tokenize, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
@@ -80,12 +86,15 @@ def pack_ray(
     accounting, ``metadata.json`` and Parquet files (byte for byte).
 
     Args:
-        ds: a JSONL file or Parquet file/directory path, or a ``ray.data.Dataset``; or in memory (put in the
+        ds: a JSONL file, a Parquet file/directory or a saved HF dataset directory, as a local path or a
+            pyarrow filesystem URI (``s3://bucket/data/?endpoint_override=...``); or a ``ray.data.Dataset``;
+            or in memory (put in the
             object store from the driver): a list of dict rows, a ``pyarrow.Table``, a ``datasets.Dataset``
             or a :class:`~packwise.io._read.RawInput` (the CLI's default, ``chitchat_input()``).
             Rows hold ``messages``, ``prompt`` + ``completion``, or ``input_ids`` (+ ``labels``/``loss_mask``
             and per-token columns).
-        output: output directory; must be empty unless ``overwrite``.
+        output: output directory (local path or URI); must be empty unless ``overwrite`` (remote output must
+            be an empty or new prefix: packwise does not replace remote objects).
         capacity, tokenizer, algorithm, seed, overflow, loss_on, chat_template, skip_bad_rows,
             max_sequences_per_pack, format, vision, min_packs, pack_count_multiple, alignment,
             algorithm_options: as :func:`packwise.pipeline.pack_columns` (so ``**PackingConfig.pipeline_kwargs()``
@@ -95,6 +104,10 @@ def pack_ray(
         ray_address: connect to this cluster instead. When Ray is already initialised in this process,
             that session is used and ``num_cpus``/``ray_address`` are ignored. A session started here is
             shut down on return.
+        runtime_env: Ray ``runtime_env`` of the session started here, e.g. ``{"py_modules":
+            [packwise.__path__[0]], "pip": ["transformers"]}`` so nodes need only Ray; an error when Ray is
+            already initialised (pass it to your ``ray.init`` instead).
+        filesystem: a ``pyarrow.fs.FileSystem`` that ``ds`` and ``output`` paths are on (instead of URIs).
 
     Returns:
         The :class:`~packwise.pipeline.PackReport` (also in ``metadata.json``, without timings). Timings in
@@ -118,7 +131,7 @@ def pack_ray(
     try:
         import ray
     except ImportError as e:
-        raise ValueError("pack_ray needs Ray Data: pip install 'packwise[ray]'") from e
+        raise ValueError("pack_ray needs Ray: pip install 'packwise[ray]'") from e
     if loss_on not in ("assistant", "all"):
         raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
     if format not in (None, *FORMATS):
@@ -301,45 +314,6 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
         ray.shutdown()
 
 
-def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
-    """Raise what the local engine would raise first; else ``(rows skipped, first 5 skip messages)``."""
-    errors = sorted((r, i, row, msg) for i, s in enumerate(stats) for r, row, msg in s["errors"])
-    fatal = next((s["fatal"] for s in stats if s["fatal"]), None)
-    if errors and not skip and (errors[0][0] <= 1 or fatal is None):
-        raise ValueError(errors[0][3])
-    if fatal is not None:
-        raise ValueError(fatal)
-    skipped = sum(s["skipped"] for s in stats)
-    if sum(s["rows"] for s in stats) == skipped:
-        raise ValueError(f"{name}: no usable rows ({skipped} skipped); nothing to pack")
-    too_long = next((s["too_long"] for s in stats if s["too_long"]), None)
-    if too_long is not None:
-        raise ValueError(too_long)
-    columns = {tuple(c for c in s["columns"] if c != MEDIA_TYPES) for s in stats if s["n"]}
-    if len(columns) > 1:
-        raise ValueError(
-            f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
-            "row the same per-token columns, or use the local engine, which skips odd rows with --skip-bad-rows"
-        )
-    return skipped, [msg.removesuffix(f"; {SKIP_HINT}") for *_, msg in errors[:5]]
-
-
-def _plan(ray, stats: list, lengths: list, plan_args: dict):
-    """A :class:`HistogramPlan` from the pieces' length histograms (the driver never sees a per-sequence
-    array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a ``PackPlan`` from the
-    lengths fetched in input order (O(N) driver memory: said in the docs)."""
-    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram, resolve_algorithm
-
-    if resolve_algorithm(plan_args["algorithm"]) not in HISTOGRAM_ALGORITHMS:
-        real = [ray.get(r) for r, s in zip(lengths, stats) if s["n"]]
-        return plan_packs(np.concatenate(real).astype(np.int64), **plan_args)
-    counts = np.zeros(plan_args["capacity"] + 1, dtype=np.int64)
-    for s in stats:
-        np.add.at(counts, s["hist"][0], s["hist"][1])
-    args = {k: v for k, v in plan_args.items() if k != "seed"}  # histogram planners are deterministic
-    return plan_histogram(counts, **args)
-
-
 def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
     """Send sequences to shard-group writers. Returns ``(shards, pack_length_counts, order refs, pad)``:
     ``[(shard, packs, tokens, loss tokens, masked)]`` in shard order, ``(C+1,)`` packs per real token count,
@@ -382,7 +356,7 @@ def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, 
     for g, shards in enumerate(groups):
         p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
         jobs = [(int(s), int(pack_bounds[s]) - p0, int(pack_bounds[s + 1]) - p0) for s in shards]
-        offsets = plan.pack_offsets(np.arange(p0, p1 + 1)) if hist else plan.offsets[p0 : p1 + 1]
+        offsets = (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]  # a histogram plan: the writer computes them
         meta = (tmp if not isinstance(tmp, Path) else str(tmp), n_shards, jobs, offsets, plan.capacity, plan.algorithm)
         meta += (columns,)
         refs = write.remote(meta, *[p[g] for p in parts])
@@ -398,42 +372,6 @@ def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, 
             edges[b] = (max(m, longest), r + rows)
     pad = whole + sum(m * r for m, r in edges.values())
     return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
-
-
-def _plan_hash(ray, plan, lengths: list, order: list) -> str:
-    """``PackPlan.plan_hash``; for a histogram plan streamed from the pieces' lengths and the writers' slices
-    of the plan order, one piece at a time (O(N) time on the driver, O(piece) memory)."""
-    from ..plan import HistogramPlan
-
-    if not isinstance(plan, HistogramPlan):
-        return plan.plan_hash()
-    return plan.plan_hash((ray.get(r) for r in lengths if r is not None), (ray.get(r) for r in order))
-
-
-def _metrics(plan, fills: np.ndarray, pad: int):
-    from ..plan import HistogramPlan
-
-    if not isinstance(plan, HistogramPlan):
-        return plan.metrics()
-    return plan.metrics(pad_to_longest_tokens=pad, pack_length_counts=fills)
-
-
-def _commit(tmp, out, report: PackReport, shards: list[dict]) -> None:
-    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it); for
-    remote output, shards moved from the temporary prefix and ``metadata.json`` written last."""
-    from ..cli._pack import metadata
-
-    meta = {"format": FORMAT, **metadata(report), "shards": shards}
-    if isinstance(out, RemoteOutput):
-        out.commit([s["file"] for s in shards], json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        return
-    (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    old = out.parent / f".{out.name}.old-{os.getpid()}" if out.exists() else None
-    if old is not None:
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 __all__ = ["pack_dataset", "pack_ray"]

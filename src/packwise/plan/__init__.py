@@ -12,7 +12,8 @@ Example:
 from ._align import align_lengths, alignment_multiple
 from ._api import ALGORITHM_OPTIONS, ALGORITHMS, ALIASES, Algorithm, plan_packs, resolve_algorithm
 from ._distribute import RankAssignment, assign_to_ranks, distribute, pack_costs
-from ._histogram import HISTOGRAM_ALGORITHMS, HistogramPlan, plan_histogram
+from ._histogram import HistogramPlan
+from ._histogram_plan import HISTOGRAM_ALGORITHMS, plan_histogram
 from ._plan import PackingMetrics, PackPlan
 
 __all__ = [
