@@ -28,6 +28,9 @@ import numpy as np
 from ._plan import fill_metrics
 
 
+_HASH_STEP = 1 << 18  # values per hash update (2 MiB as int64)
+
+
 @dataclass(frozen=True, eq=False)
 class HistogramPlan:
     """A plan as templates: ``template_packs[t]`` identical packs from pack ``template_start[t]`` on, each
@@ -180,9 +183,10 @@ class HistogramPlan:
         for name, chunks in (("lengths", lengths_chunks), ("order", order_chunks)):
             seen = 0
             for chunk in chunks:
-                arr = np.ascontiguousarray(chunk, dtype="<i8")
+                arr = np.asarray(chunk)
                 seen += arr.shape[0]
-                h.update(arr.tobytes())
+                for a in range(0, arr.shape[0], _HASH_STEP):  # bounded copies: one step at a time
+                    h.update(np.ascontiguousarray(arr[a : a + _HASH_STEP], dtype="<i8").data)
             if seen != n:
                 raise ValueError(f"plan_hash: {name} chunks hold {seen} values, the plan {n} sequences")
             if name == "lengths":
