@@ -7,8 +7,10 @@ mean 17 tokens: short rows, so 16 M rows fit this 2-core, 24 GB machine), random
 of 65,536. Each run is a fresh process: ``ray.init(num_cpus=k)`` then ``pack_ray`` (BFD, capacity 1024,
 2,000 packs per shard: several writer groups). Measured in that process:
 
-- driver peak: tracemalloc's peak during ``pack_ray`` (Python + numpy allocations of the driver) and the rise of
-  the process's peak RSS over its RSS before ``pack_ray`` (Ray's client buffers included);
+- driver peak: tracemalloc's peak during ``pack_ray`` (Python + numpy allocations of the driver), the peak of
+  the process's private resident memory (``RssAnon``, sampled every 0.2 s) and of its resident *shared*
+  memory (``RssShmem``: object-store pages the driver read, e.g. while streaming the plan hash; they belong
+  to the object store), and the process's peak RSS (``ru_maxrss``, both together);
 - object store: the peak rise of ``/dev/shm`` use over its use before ``pack_ray`` (plasma lives there;
   sampled every 0.2 s; the machine is shared, so other Ray sessions add noise) and the bytes in the session's
   spill directory at their peak;
@@ -66,7 +68,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
 
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     spill = Path(ray._private.worker._global_node.get_session_dir_path())
-    peak = {"shm": 0, "spill": 0}
+    peak = {"shm": 0, "spill": 0, "anon": 0, "own_shm": 0}
     stop = threading.Event()
 
     def shm_used() -> int:
@@ -77,13 +79,17 @@ def run_one(path: str, out: str, cpus: int) -> dict:
         while not stop.is_set():
             try:
                 peak["shm"] = max(peak["shm"], shm_used() - base)
+                with open("/proc/self/status") as f:
+                    mine = {x.split(":")[0]: int(x.split()[1]) * 1024 for x in f if x.startswith("Rss")}
+                peak["anon"] = max(peak["anon"], mine["RssAnon"])
+                peak["own_shm"] = max(peak["own_shm"], mine["RssShmem"])
                 spilled = sum(p.stat().st_size for p in spill.rglob("*spilled*/*") if p.is_file())
                 peak["spill"] = max(peak["spill"], spilled)
             except OSError:
                 pass
             time.sleep(0.2)
 
-    warm = pq.read_table(path).slice(0, 1000)
+    warm = pq.ParquetFile(path).read_row_group(0).slice(0, 1000)  # not the whole file into the driver
     pack_ray(warm, out + "-warm", capacity=CAPACITY)
     threading.Thread(target=sample, args=(shm_used(),), daemon=True).start()
     rss0 = _rss_kib()
@@ -100,6 +106,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
         "rows": report.rows_read, "tokens": report.tokens_packed, "packs": report.packs, "cpus": cpus,
         "wall_s": round(wall, 2), "rows_per_s": round(report.rows_read / wall), "driver_traced_peak_mb":
         round(traced / 2**20, 1), "driver_rss_rise_mb": round(max(0, maxrss - rss0) / 1024, 1), "driver_peak_rss_mb": round(maxrss / 1024),
+        "driver_peak_private_mb": round(peak["anon"] / 2**20), "driver_peak_shared_mb": round(peak["own_shm"] / 2**20),
         "object_store_peak_mb": round(peak["shm"] / 2**20, 1), "spilled_peak_mb": round(peak["spill"] / 2**20, 1),
         "plan_hash": report.plan_hash[:16], "timings": {k: round(v, 2) for k, v in report.timings.items()},
     }  # fmt: skip

@@ -27,7 +27,6 @@ import numpy as np
 
 from ._plan import fill_metrics
 
-
 _HASH_STEP = 1 << 18  # values per hash update (2 MiB as int64)
 
 
@@ -173,7 +172,7 @@ class HistogramPlan:
             return np.zeros(packs.shape, np.int64)
         return first[t] + (packs - self.template_start[t]) * size[t]
 
-    def plan_hash(self, lengths_chunks, order_chunks, *, chunk_packs: int = 1 << 20) -> str:
+    def plan_hash(self, lengths_chunks, order_chunks, *, chunk_packs: int = 1 << 16) -> str:
         """``PackPlan.plan_hash`` of the expanded plan, streamed: ``lengths_chunks`` are the ``(N,)`` lengths
         in input order and ``order_chunks`` the ``(N,)`` plan order (``PackPlan.order``), each as consecutive
         chunks (any sizes); memory is one chunk. Raises ValueError when the chunks do not add up to N."""
