@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,6 +79,7 @@ def cluster():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=5)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture

@@ -56,13 +56,26 @@ def _plan(ray, stats: list, lengths: list, plan_args: dict):
 
 
 def _plan_hash(ray, plan, lengths: list, order: list) -> str:
-    """``PackPlan.plan_hash``; for a histogram plan streamed from the pieces' lengths and the writers' slices
-    of the plan order, one piece at a time (O(N) time on the driver, O(piece) memory)."""
+    """``PackPlan.plan_hash``. For a histogram plan one worker task streams it from the pieces' lengths and the
+    writers' slices of the plan order, one object at a time: O(N) time in that task, O(piece) memory, and the
+    driver never reads per-row data from the object store (its memory stays flat)."""
     from ..plan import HistogramPlan
 
     if not isinstance(plan, HistogramPlan):
         return plan.plan_hash()
-    return plan.plan_hash((ray.get(r) for r in lengths if r is not None), (ray.get(r) for r in order))
+    return ray.get(ray.remote(_stream_hash).remote(plan, [r for r in lengths if r is not None], order))
+
+
+def _stream_hash(plan, lengths: list, order: list) -> str:
+    """Worker: the plan hash from lists of ObjectRefs (fetched and released one by one)."""
+    import ray
+
+    def consume(refs: list):
+        refs.reverse()
+        while refs:
+            yield ray.get(refs.pop())
+
+    return plan.plan_hash(consume(list(lengths)), consume(list(order)))
 
 
 def _metrics(plan, fills: np.ndarray, pad: int):
