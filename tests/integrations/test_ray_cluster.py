@@ -143,7 +143,7 @@ def test_two_node_cluster_with_runtime_env(cluster, tmp_path):
     ray.shutdown()
 
 
-def test_s3_input_and_output(s3, tmp_path):
+def test_s3_input_and_output(s3, tmp_path, monkeypatch):
     from packwise.integrations.ray import pack_ray
 
     fs, query = s3
@@ -182,5 +182,17 @@ def test_s3_input_and_output(s3, tmp_path):
             pack_ray(f"s3://bkt/in{query}", f"s3://bkt/out{query}", **options)
         with pytest.raises(ValueError, match="input s3://bkt/nothing does not exist"):
             pack_ray(f"s3://bkt/nothing{query}", f"s3://bkt/out2{query}", **options)
+        from packwise.integrations import ray as ray_engine
+
+        real = ray_engine._write_group
+
+        def write_then_fail(meta, *parts):
+            real(meta, *parts)  # the shard exists under the temporary prefix
+            raise OSError("disk full")
+
+        monkeypatch.setattr(ray_engine, "_write_group", write_then_fail)
+        with pytest.raises(ray.exceptions.RayTaskError, match="disk full"):
+            pack_ray(f"s3://bkt/in{query}", f"s3://bkt/out3{query}", **options)
+        assert fs.get_file_info(FileSelector("bkt/out3", allow_not_found=True, recursive=True)) == []
     finally:
         ray.shutdown()
