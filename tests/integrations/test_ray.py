@@ -211,6 +211,10 @@ def test_options_checked_before_work(tmp_path):
         TypeError, match=r"pack_ray takes a JSONL/Parquet/HF-dataset path or URI, a ray.data.Dataset, .* got dict"
     ):
         pack_ray({"messages": []}, tmp_path / "o")
+    with pytest.raises(TypeError, match="runtime_env must be a dict"):
+        pack_ray([GOOD], tmp_path / "o", runtime_env="pip")
+    with pytest.raises(TypeError, match=r"filesystem must be a pyarrow\.fs\.FileSystem"):
+        pack_ray([GOOD], tmp_path / "o", filesystem="s3")
     assert list(tmp_path.iterdir()) == []
 
 

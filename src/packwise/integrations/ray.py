@@ -142,6 +142,8 @@ def pack_ray(
     for name, value in checks.items():  # num_cpus=0 would start a Ray that runs no task, and wait forever
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if runtime_env is not None and not isinstance(runtime_env, dict):
+        raise TypeError(f"runtime_env must be a dict (Ray's runtime_env), got {type(runtime_env).__name__}")
     plan_args = {"capacity": capacity, "algorithm": algorithm, "seed": seed, "alignment": alignment}
     plan_args |= {"max_sequences_per_pack": max_sequences_per_pack, **(algorithm_options or {})}
     plan_packs([1], **plan_args)  # checks the algorithm and its options before any work
@@ -253,6 +255,8 @@ def pack_dataset(
     overwrite: bool = False,
     num_cpus: int | None = None,
     ray_address: str | None = None,
+    runtime_env: dict | None = None,
+    filesystem=None,
     **overrides,
 ) -> PackReport:
     """:func:`pack_ray` driven by a :class:`~packwise.PackingConfig` (what ``packwise pack --engine ray
@@ -261,7 +265,7 @@ def pack_dataset(
     Args:
         ds, output: as :func:`pack_ray`.
         config: a ``PackingConfig``, a path to one (.yaml/.toml/.json), or None (defaults).
-        packs_per_shard, overwrite, num_cpus, ray_address: as :func:`pack_ray`.
+        packs_per_shard, overwrite, num_cpus, ray_address, runtime_env, filesystem: as :func:`pack_ray`.
         **overrides: config fields that replace the config's (``capacity=8192``).
 
     Returns:
@@ -287,7 +291,7 @@ def pack_dataset(
         raise TypeError(f"config is a {type(config).__name__}; pass a PackingConfig, a path to one, or None")
     return pack_ray(
         ds, output, **cfg.pipeline_kwargs(), packs_per_shard=packs_per_shard, overwrite=overwrite,
-        num_cpus=num_cpus, ray_address=ray_address,
+        num_cpus=num_cpus, ray_address=ray_address, runtime_env=runtime_env, filesystem=filesystem,
     )  # fmt: skip
 
 
