@@ -207,8 +207,14 @@ def test_options_checked_before_work(tmp_path):
         pack_ray([GOOD], tmp_path / "o", capacity=0)
     with pytest.raises(ValueError, match="num_cpus must be an integer >= 1, got 0"):
         pack_ray([GOOD], tmp_path / "o", num_cpus=0)
-    with pytest.raises(TypeError, match=r"pack_ray takes a JSONL/Parquet path, a ray.data.Dataset, .* got dict"):
+    with pytest.raises(
+        TypeError, match=r"pack_ray takes a JSONL/Parquet/HF-dataset path or URI, a ray.data.Dataset, .* got dict"
+    ):
         pack_ray({"messages": []}, tmp_path / "o")
+    with pytest.raises(TypeError, match="runtime_env must be a dict"):
+        pack_ray([GOOD], tmp_path / "o", runtime_env="pip")
+    with pytest.raises(TypeError, match=r"filesystem must be a pyarrow\.fs\.FileSystem"):
+        pack_ray([GOOD], tmp_path / "o", filesystem="s3")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -270,3 +276,33 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
     assert "--ray-address and --num-cpus apply to --engine ray" in capsys.readouterr().err
     assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 1
     assert "--engine 'spark': use local or ray" in capsys.readouterr().err
+
+
+def test_saved_hf_dataset_directory(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = [{"input_ids": [(3 * i + j) % 500 + 1 for j in range(1 + (13 * i) % 40)]} for i in range(300)]
+    path = tmp_path / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(path), num_shards=2)
+    options = {"capacity": 64, "packs_per_shard": 30}
+    local = local_output(path, tmp_path / "local", **options)
+    report = pack_ray(path, tmp_path / "ray", **options)
+    assert (report.input, report.plan_hash, report.rows_read) == (str(path), local.plan_hash, 300)
+    same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
+    """BFD with alignment, a sequence cap and a pack-count target: the driver plans from the pieces' length
+    histograms (plan_packs, which needs every length, is never called) and the output is the local engine's."""
+    from packwise.integrations import _ray_driver
+
+    def no_lengths(*args, **kwargs):
+        raise AssertionError("the driver planned from per-row lengths")
+
+    monkeypatch.setattr(_ray_driver, "plan_packs", no_lengths)
+    options = {"capacity": 1024, "alignment": 8, "max_sequences_per_pack": 3, "min_packs": 150}
+    options |= {"overflow": "split", "packs_per_shard": 20}
+    report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
+    local = local_output(rows, tmp_path / "local", tokenizer=qwen, **options)
+    assert report.packs == local.packs >= 150
+    assert metadata(report) == metadata(local)  # plan_hash, metrics (fills from real pack lengths), counts
+    same_files(tmp_path / "ray", tmp_path / "local")

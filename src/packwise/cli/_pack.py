@@ -66,7 +66,9 @@ def pack(
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty output directory.")] = False,
     engine: Annotated[
         str,
-        typer.Option(help="local (this process) | ray (Ray Data workers; same packs and files; needs packwise[ray])."),
+        typer.Option(
+            help="local (this process) | ray (Ray tasks, local or on a cluster; same packs and files; needs packwise[ray])."
+        ),
     ] = "local",
     ray_address: Annotated[
         str | None,

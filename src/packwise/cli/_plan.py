@@ -19,6 +19,7 @@ Examples:
   packwise plan lengths.npy          # every algorithm at capacity 2048, 4096, 8192
   packwise plan lengths.txt --capacity 4096 --algorithm bfd,next_fit,greedy_knapsack
   packwise plan --from packed --capacity 8192,16384 --json
+  packwise plan counts.npy --histogram --capacity 4096   # counts[length]: billions of sequences in seconds
 """
 
 
@@ -27,7 +28,8 @@ def plan(
         Path | None,
         typer.Argument(
             metavar="LENGTHS",
-            help=".npy, .parquet (column length/lengths, or seq_lengths flattened) or .txt (one integer per line).",
+            help=".npy, .parquet (column length/lengths, or seq_lengths flattened) or .txt (one integer per line); "
+            "with --histogram: counts per length (.npy counts[length], or .txt lines 'length count').",
         ),
     ] = None,
     from_path: Annotated[
@@ -37,6 +39,14 @@ def plan(
     algorithm: Annotated[str, typer.Option(help="all | comma list of algorithms or aliases (bfd, ffd, ...).")] = "all",
     seed: Annotated[int | None, typer.Option(help="Seed of first_fit_shuffle (default 0).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")] = False,
+    histogram: Annotated[
+        bool,
+        typer.Option(
+            "--histogram",
+            help="LENGTHS holds counts per length; plan with plan_histogram (memory and time independent of the "
+            "number of sequences; the histogram planners only: not next_fit or first_fit_shuffle).",
+        ),
+    ] = False,
 ) -> None:
     """Compare packing algorithms and capacities on a file of lengths, before packing.
 
@@ -50,8 +60,13 @@ def plan(
         raise ValueError(f"pass LENGTHS or --from DIR, not {given}; e.g. `packwise plan lengths.npy`")
     caps = parse_capacities(capacity)
     algos = parse_algorithms(algorithm)
-    values = read_lengths(lengths) if lengths is not None else lengths_from_packed(from_path)
-    result = compare_plans(values, capacities=caps, algorithms=algos, seed=seed)
+    if histogram:
+        if lengths is None:
+            raise ValueError("--histogram reads counts from LENGTHS; --from DIR holds lengths: drop --histogram")
+        result = compare_histogram(read_counts(lengths), capacities=caps, algorithms=algos)
+    else:
+        values = read_lengths(lengths) if lengths is not None else lengths_from_packed(from_path)
+        result = compare_plans(values, capacities=caps, algorithms=algos, seed=seed)
     source = str(lengths if lengths is not None else from_path)
     if json_out:
         out.print_json(json.dumps({"source": source, **result}))
@@ -64,6 +79,73 @@ def plan(
         else:  # piped: rich would assume 80 columns and cut the names; print at the table's natural width
             width = max(out.width, Measurement.get(out, out.options.update_width(1000), table).maximum)
             Console(file=out.file, width=width, color_system=None).print(table)
+
+
+def read_counts(path: Path):
+    """``counts[length]`` as int64 from ``.npy`` (a 1-D count array) or text lines ``length count``."""
+    import numpy as np
+
+    if not path.is_file():
+        raise ValueError(f"LENGTHS file {path} does not exist; with --histogram pass a .npy or .txt of counts")
+    if path.suffix.lower() == ".npy":
+        try:
+            counts = np.load(path, allow_pickle=False)
+        except ValueError as e:
+            raise ValueError(f"{path}: cannot read it as a numpy array ({e}); save counts with np.save") from e
+        if counts.ndim != 1 or counts.dtype.kind not in "iu":
+            raise ValueError(f"{path}: counts must be a 1-D integer array (counts[length]), got {counts.dtype}")
+        return counts.astype(np.int64)
+    pairs = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        parts = line.replace(",", " ").split()
+        if not parts:
+            continue
+        try:
+            length, count = (int(x) for x in parts)
+        except ValueError:
+            raise ValueError(f"{path} line {i}: {line!r} is not 'length count' (two integers)") from None
+        if length < 1 or count < 0:
+            raise ValueError(f"{path} line {i}: length {length} must be >= 1 and count {count} >= 0")
+        pairs.append((length, count))
+    if not pairs:
+        raise ValueError(f"{path}: no 'length count' lines")
+    counts = np.zeros(max(p[0] for p in pairs) + 1, dtype=np.int64)
+    for length, count in pairs:
+        counts[length] += count
+    return counts
+
+
+def compare_histogram(counts, *, capacities: list[int], algorithms) -> dict:
+    """``compare_plans``' result shape, planned with ``plan_histogram`` (counts over a capacity clipped to it)."""
+    import time
+
+    import numpy as np
+
+    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram
+
+    names = list(HISTOGRAM_ALGORITHMS) if algorithms == "all" else algorithms
+    lengths = np.arange(counts.shape[0], dtype=np.int64)
+    rows, clipped = [], []
+    for c in capacities:
+        over = lengths > c
+        k = int(counts[over].sum())
+        clipped.append({"capacity": c, "sequences": k, "tokens_cut": int(((lengths - c) * counts)[over].sum())})
+        clip = counts[: c + 1].copy()
+        if k:
+            clip[c] += k
+        for name in names:
+            t = time.perf_counter()
+            s = plan_histogram(clip, capacity=c, algorithm=name).summary()
+            ms = 1000.0 * (time.perf_counter() - t)
+            rows.append(
+                {"capacity": c, "algorithm": name, "packs": s["num_packs"], "lower_bound": s["lower_bound_packs"],
+                 "utilisation": s["utilisation"], "excess_pct": s["excess_packs_pct"], "time_ms": round(ms, 3),
+                 "clipped": k, "templates": s["templates"]}
+            )  # fmt: skip
+    return {
+        "sequences": int(counts.sum()), "tokens": int((lengths * counts).sum()), "capacities": capacities,
+        "algorithms": names, "rows": rows, "clipped": clipped, "skipped": [],
+    }  # fmt: skip
 
 
 def plan_table(source: str, result: dict):

@@ -14,16 +14,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..io._read import RawInput, _digest, detect_format, detect_kind, from_rows, parse_line
+from ..io._read import RawInput, _digest, _hf_files, detect_format, detect_kind, from_rows, parse_line
+from ._ray_fs import Loc, digest, hf_files, read_arrow, resolve
 
 PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
 PIECE_ROWS = (16, 100_000)  # rows per task: min, max
 PIECE_BYTES = (64 << 10, 64 << 20)  # JSONL bytes per task: min, max
 
 
-def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str, list, object]:
+def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) -> tuple[str, str, list, object]:
     """``(name, kind, pieces, fingerprint)``; a piece is ``(tag, data or ObjectRef, meta)``, in input order.
-    The fingerprint is a string, an ObjectRef to one, or None (summed from per-row digests by the pieces)."""
+    The fingerprint is a string, an ObjectRef to one, or None (summed from per-row digests by the pieces).
+    A URI (``s3://...``) or a path on ``filesystem`` is read through pyarrow's filesystem (see ``_ray_fs``)."""
     if isinstance(data, (list, tuple, RawInput, pa.Table)) or type(data).__module__.startswith("datasets"):
         raw = data if isinstance(data, RawInput) else from_rows(data, name=type(data).__name__)
         if raw.line_numbers is not None or raw.errors:
@@ -43,9 +45,12 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str
         return name, detect_kind(names, name), pieces, None
     if not isinstance(data, (str, os.PathLike)):
         raise TypeError(
-            f"pack_ray takes a JSONL/Parquet path, a ray.data.Dataset, a list of dict rows, a pyarrow.Table or a "
-            f"datasets.Dataset, got {type(data).__name__}; convert it to one of those"
+            f"pack_ray takes a JSONL/Parquet/HF-dataset path or URI, a ray.data.Dataset, a list of dict rows, a "
+            f"pyarrow.Table or a datasets.Dataset, got {type(data).__name__}; convert it to one of those"
         )
+    loc = resolve(data, filesystem)
+    if loc is not None:
+        return _remote_source(ray, loc, fmt, skip, cpus)
     path = Path(data)
     if not path.exists():
         raise ValueError(f"input {path} does not exist")
@@ -59,11 +64,10 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str
         first = np.cumsum([1, *newlines[:-1]]).tolist()  # 1-based number of each range's first line
         pieces = [("jsonl", str(path), (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
         return str(path), kind, pieces, ray.remote(_digest).remote([path])
-    if fmt != "parquet":
-        raise ValueError(
-            f"input {path}: the Ray engine reads JSONL and Parquet, not {fmt}; pass "
-            "ray.data.from_huggingface(datasets.load_from_disk(path)) or use the local engine (packwise pack)"
-        )
+    if fmt == "hf":
+        files = _hf_files(path)
+        kind, pieces = _arrow_pieces(ray, [str(f) for f in files], str(path), cpus)
+        return str(path), kind, pieces, ray.remote(_digest).remote(files)
     import pyarrow.parquet as pq
 
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
@@ -86,6 +90,73 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str
                 pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
                 groups, n, row = [], 0, row + n
     return str(path), detect_kind(schema.names, str(path)), pieces, ray.remote(_digest).remote(files)
+
+
+def _remote_source(ray, loc: Loc, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str, list, object]:
+    """As the local branch of :func:`_source`, for a file or directory on a pyarrow filesystem."""
+    import pyarrow.parquet as pq
+
+    if not loc.exists():
+        raise ValueError(f"input {loc} does not exist")
+    if fmt is None:
+        if loc.is_dir():
+            fmt = "hf" if loc.child("state.json").exists() or loc.list(".arrow") else "parquet"
+        else:
+            fmt = detect_format(Path(loc.path.rsplit("/", 1)[-1]))
+    if fmt == "jsonl":
+        kind = _jsonl_kind(loc, skip)
+        step = min(max(math.ceil(loc.size() / (PIECES_PER_CPU * cpus)), PIECE_BYTES[0]), PIECE_BYTES[1])
+        ranges = _jsonl_ranges(loc, step)
+        newlines = ray.get([ray.remote(_count_newlines).remote(loc, lo, hi) for lo, hi in ranges])
+        first = np.cumsum([1, *newlines[:-1]]).tolist()
+        pieces = [("jsonl", loc, (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
+        return str(loc), kind, pieces, ray.remote(digest).remote([loc])
+    if fmt == "hf":
+        files = hf_files(loc)
+        kind, pieces = _arrow_pieces(ray, files, str(loc), cpus)
+        return str(loc), kind, pieces, ray.remote(digest).remote(files)
+    files = loc.list(".parquet") if loc.is_dir() else [loc]
+    if not files:
+        raise ValueError(f"input {loc}: a directory without *.arrow (saved HF dataset) or *.parquet files")
+    try:
+        schema = pa.unify_schemas([pq.read_schema(f.path, filesystem=f.fs) for f in files], promote_options="default")
+        footers = [pq.ParquetFile(f.path, filesystem=f.fs).metadata for f in files]
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"input {loc} cannot be read as parquet: {e}") from e
+    total = sum(m.num_rows for m in footers)
+    if total == 0:
+        raise ValueError(f"input {loc} is empty (no rows)")
+    step, read, pieces, row = _piece_rows(total, cpus), ray.remote(_read_parquet), [], 0
+    for f, meta in zip(files, footers):
+        groups, n = [], 0
+        for g in range(meta.num_row_groups):
+            groups.append(g)
+            n += meta.row_group(g).num_rows
+            if n >= step or g == meta.num_row_groups - 1:
+                ref = read.remote(f, groups, schema)
+                pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
+                groups, n, row = [], 0, row + n
+    return str(loc), detect_kind(schema.names, str(loc)), pieces, ray.remote(digest).remote(files)
+
+
+def _arrow_pieces(ray, files: list, name: str, cpus: int) -> tuple[str, list]:
+    """``(kind, pieces)`` of a saved HF dataset: each Arrow file read by one task, sliced into pieces."""
+    read = ray.remote(_read_arrow_file).options(num_returns=2)
+    refs = [read.remote(f) for f in files]
+    counts = ray.get([r[1] for r in refs])
+    if sum(n for n, _ in counts) == 0:
+        raise ValueError(f"input {name} is empty (no rows)")
+    step, pieces, row = _piece_rows(sum(n for n, _ in counts), cpus), [], 0
+    for (ref, _), (n, _) in zip(refs, counts):
+        pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
+        row += n
+    names = next(names for n, names in counts if names)
+    return detect_kind(names, name), pieces
+
+
+def _read_arrow_file(loc) -> tuple[pa.Table, tuple[int, list[str]]]:
+    table = read_arrow(loc)
+    return table, (table.num_rows, table.column_names)
 
 
 def _piece_rows(total: int, cpus: int) -> int:
@@ -115,11 +186,27 @@ def _dataset_pieces(ds, cpus: int) -> tuple[list, list[str]]:
     return pieces, names
 
 
-def _jsonl_kind(path: Path, skip: bool) -> str:
+def _open(where):
+    """A binary file with seek/read: a local path, or a :class:`Loc` on a pyarrow filesystem."""
+    return where.open() if isinstance(where, Loc) else open(where, "rb")
+
+
+def _lines(f):
+    """Lines of a binary file, each with its newline (pyarrow's files have no line iterator)."""
+    rest = b""
+    while block := f.read(1 << 20):
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        yield from (p + b"\n" for p in parts)
+    if rest:
+        yield rest
+
+
+def _jsonl_kind(path, skip: bool) -> str:
     """The row kind, from the first valid line as the local reader decides it (reads only that far)."""
     bad = 0
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+    with _open(path) as f:
+        for lineno, raw in enumerate(_lines(f), start=1):
             if not raw.strip():
                 continue
             try:
@@ -135,29 +222,28 @@ def _jsonl_kind(path: Path, skip: bool) -> str:
     )
 
 
-def _jsonl_ranges(path: Path, step: int) -> list[tuple[int, int]]:
+def _jsonl_ranges(path, step: int) -> list[tuple[int, int]]:
     """Byte ranges of about ``step`` bytes, each ending just after a newline or at the end of the file."""
-    size, cuts = path.stat().st_size, [0]
-    with open(path, "rb") as f:
+    size, cuts = path.size() if isinstance(path, Loc) else path.stat().st_size, [0]
+    with _open(path) as f:
         while cuts[-1] + step < size:
             f.seek(cuts[-1] + step)
-            cuts.append(cuts[-1] + step + len(f.readline()))
+            cuts.append(cuts[-1] + step + len(next(_lines(f), b"")))
     return [(lo, hi) for lo, hi in zip(cuts, [*cuts[1:], size]) if lo < hi]
 
 
-def _count_newlines(path: str, lo: int, hi: int) -> int:
-    with open(path, "rb") as f:
+def _count_newlines(path, lo: int, hi: int) -> int:
+    with _open(path) as f:
         f.seek(lo)
         return f.read(hi - lo).count(b"\n")
 
 
-def _read_parquet(path: str, groups: list[int], schema: pa.Schema) -> pa.Table:
+def _read_parquet(path, groups: list[int], schema: pa.Schema) -> pa.Table:
     """Row groups of one file, with the columns and types of all files together (as the local reader)."""
     import pyarrow.parquet as pq
 
-    return pa.concat_tables(
-        [schema.empty_table(), pq.ParquetFile(path).read_row_groups(groups)], promote_options="default"
-    )
+    file = pq.ParquetFile(path.path, filesystem=path.fs) if isinstance(path, Loc) else pq.ParquetFile(path)
+    return pa.concat_tables([schema.empty_table(), file.read_row_groups(groups)], promote_options="default")
 
 
 @dataclass
@@ -180,7 +266,7 @@ def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
             data = BlockAccessor.for_block(data).to_arrow()
         return _Piece(name=name, kind=kind, table=data.slice(meta[0], meta[1] - meta[0]), start=meta[2])
     lo, hi, first = meta
-    with open(data, "rb") as f:
+    with _open(data) as f:
         f.seek(lo)
         lines = f.read(hi - lo).split(b"\n")
     rows, numbers, errors = [], [], []

@@ -1,28 +1,33 @@
-"""Offline packing on Ray: distributed read, tokenization, assembly and Parquet write, with the same packs
-and output as ``packwise pack``.
+"""Offline packing on Ray (Ray core tasks): distributed read, tokenization, assembly and Parquet write, with
+the same packs and output as ``packwise pack``, and a driver whose memory does not grow with the dataset.
 
 1. Read + tokenize, on workers. The input is cut into pieces in input order: JSONL byte ranges cut at line
-   ends, Parquet row groups (sliced), ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or
-   slices of in-memory rows. Each piece runs the local engine's own validation, tokenization, first-label
-   normalisation and overflow policy; its samples stay in the object store. (JSONL is not read with
-   ``ray.data.read_json``, which infers Arrow types and fails a whole block on one bad row, nor with
-   ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte ranges keep the local
-   reader's line numbers and messages. Parquet paths skip Ray Data's read, which cost 2-7 s per call here.)
-2. Plan, on the driver. Per-sequence lengths (an ``(N,)`` int array, the only per-row data the driver holds)
-   are concatenated in global sequence order and planned with :func:`packwise.plan.plan_packs`.
-3. Assemble + write, on workers. Each piece sends its sequences to the writer of their shard group, which
-   builds packs with ``PackedColumns.build`` and writes ``packs-*.parquet`` into a temporary directory.
-4. Commit, on the driver. ``metadata.json`` is written and the directory renamed into place; a failed run
-   leaves no partial output.
+   ends, Parquet row groups (sliced), Arrow files of a saved HF dataset (sliced), ``ray.data.Dataset`` blocks
+   (sliced; read with ``preserve_order``), or slices of in-memory rows; paths are local or on any pyarrow
+   filesystem (``s3://...``, see ``_ray_fs``). Each piece runs the local engine's own validation,
+   tokenization, first-label normalisation and overflow policy; its samples stay in the object store and the
+   driver gets its length histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types
+   and fails a whole block on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other
+   Unicode breaks: byte ranges keep the local reader's line numbers and messages.)
+2. Plan, on the driver, from the summed histogram with :func:`packwise.plan.plan_histogram`: pack templates,
+   O(C + templates) memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them
+   the ``(N,)`` lengths come to the driver and :func:`packwise.plan.plan_packs` plans.)
+3. Place + assemble + write, on workers. Each piece places its own sequences from the templates and its
+   per-length offsets (sequences of each length in earlier pieces) and sends them to the writer of their shard
+   group, which builds packs with ``PackedColumns.build`` and writes ``packs-*.parquet`` into a temporary
+   directory (or prefix).
+4. Commit, on the driver. The plan hash is streamed from the pieces' lengths and the writers' slices of the
+   plan order; ``metadata.json`` is written and the directory renamed into place (remote: shards moved from the
+   temporary prefix, ``metadata.json`` last); a failed run leaves no partial output.
 
-On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), install packwise (with the
-``hf`` extra for text input) on every node, and put the input, the output directory and any local tokenizer
-directory on a filesystem every node sees at the same path.
+On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), either install packwise (with the
+``hf`` extra for text input) on every node, or pass ``runtime_env={"py_modules": [packwise.__path__[0]],
+"pip": [...]}``; local inputs, outputs and tokenizer directories must be on a filesystem every node sees at the
+same path (or use ``s3://`` URIs).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -33,14 +38,16 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..io._read import FORMATS, SKIP_HINT, Format
-from ..io._write import FORMAT, METADATA, check_output_dir, shard_name, temp_dir
+from ..io._read import FORMATS, Format
+from ..io._write import check_output_dir, shard_name, temp_dir
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
-from ..plan import PackPlan, plan_packs
+from ..plan import plan_packs
+from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
+from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_workers import MEDIA_TYPES, _split, _tokenize, _write_group
+from ._ray_workers import _split, _tokenize, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
@@ -70,6 +77,8 @@ def pack_ray(
     overwrite: bool = False,
     num_cpus: int | None = None,
     ray_address: str | None = None,
+    runtime_env: dict | None = None,
+    filesystem=None,
 ) -> PackReport:
     """Pack a dataset on Ray into ``output``, in the ``packwise pack`` format, with the local engine's packs.
 
@@ -77,12 +86,15 @@ def pack_ray(
     accounting, ``metadata.json`` and Parquet files (byte for byte).
 
     Args:
-        ds: a JSONL file or Parquet file/directory path, or a ``ray.data.Dataset``; or in memory (put in the
+        ds: a JSONL file, a Parquet file/directory or a saved HF dataset directory, as a local path or a
+            pyarrow filesystem URI (``s3://bucket/data/?endpoint_override=...``); or a ``ray.data.Dataset``;
+            or in memory (put in the
             object store from the driver): a list of dict rows, a ``pyarrow.Table``, a ``datasets.Dataset``
             or a :class:`~packwise.io._read.RawInput` (the CLI's default, ``chitchat_input()``).
             Rows hold ``messages``, ``prompt`` + ``completion``, or ``input_ids`` (+ ``labels``/``loss_mask``
             and per-token columns).
-        output: output directory; must be empty unless ``overwrite``.
+        output: output directory (local path or URI); must be empty unless ``overwrite`` (remote output must
+            be an empty or new prefix: packwise does not replace remote objects).
         capacity, tokenizer, algorithm, seed, overflow, loss_on, chat_template, skip_bad_rows,
             max_sequences_per_pack, format, vision, min_packs, pack_count_multiple, alignment,
             algorithm_options: as :func:`packwise.pipeline.pack_columns` (so ``**PackingConfig.pipeline_kwargs()``
@@ -92,6 +104,10 @@ def pack_ray(
         ray_address: connect to this cluster instead. When Ray is already initialised in this process,
             that session is used and ``num_cpus``/``ray_address`` are ignored. A session started here is
             shut down on return.
+        runtime_env: Ray ``runtime_env`` of the session started here, e.g. ``{"py_modules":
+            [packwise.__path__[0]], "pip": ["transformers"]}`` so nodes need only Ray; an error when Ray is
+            already initialised (pass it to your ``ray.init`` instead).
+        filesystem: a ``pyarrow.fs.FileSystem`` that ``ds`` and ``output`` paths are on (instead of URIs).
 
     Returns:
         The :class:`~packwise.pipeline.PackReport` (also in ``metadata.json``, without timings). Timings in
@@ -115,7 +131,7 @@ def pack_ray(
     try:
         import ray
     except ImportError as e:
-        raise ValueError("pack_ray needs Ray Data: pip install 'packwise[ray]'") from e
+        raise ValueError("pack_ray needs Ray: pip install 'packwise[ray]'") from e
     if loss_on not in ("assistant", "all"):
         raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
     if format not in (None, *FORMATS):
@@ -126,19 +142,25 @@ def pack_ray(
     for name, value in checks.items():  # num_cpus=0 would start a Ray that runs no task, and wait forever
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if runtime_env is not None and not isinstance(runtime_env, dict):
+        raise TypeError(f"runtime_env must be a dict (Ray's runtime_env), got {type(runtime_env).__name__}")
     plan_args = {"capacity": capacity, "algorithm": algorithm, "seed": seed, "alignment": alignment}
     plan_args |= {"max_sequences_per_pack": max_sequences_per_pack, **(algorithm_options or {})}
     plan_packs([1], **plan_args)  # checks the algorithm and its options before any work
     plan_args |= {"min_packs": min_packs, "pack_count_multiple": pack_count_multiple}
-    out = check_output_dir(output, overwrite=overwrite)
+    remote = resolve(output, filesystem)
+    if remote is not None:
+        out = RemoteOutput(remote, overwrite=overwrite)
+    else:
+        out = check_output_dir(output, overwrite=overwrite)
     timings: dict[str, float] = {}
     opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
     limit = capacity // alignment * alignment  # as pack_columns: the longest sequence that still fits once aligned
     opts |= {"capacity": limit, "overflow": overflow, "vision": vision}
-    with _session(num_cpus, ray_address):
+    with _session(num_cpus, ray_address, runtime_env):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus)
+        name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus, filesystem)
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -147,22 +169,21 @@ def pack_ray(
         if tokenizer is not None:
             tokenizer = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else [ray.put(tokenizer)]
         opts |= {"name": name, "kind": kind, "tokenizer": tokenizer, "rowsum": fingerprint is None}
-        task = ray.remote(_tokenize).options(num_returns=2)
+        task = ray.remote(_tokenize).options(num_returns=3)
         refs = [task.remote(tag, data, meta, opts, i == 0) for i, (tag, data, meta) in enumerate(pieces)]
-        stats = ray.get([s for s, _ in refs])
-        samples = [r for _, r in refs]
+        stats = ray.get([r[0] for r in refs])
+        samples, lengths = [r[1] for r in refs], [r[2] for r in refs]
         first = next((s["first_columns"] for s in stats if s["first_columns"] is not None), None)
         again = [i for i, s in enumerate(stats) if s["first_columns"] not in (None, first)]
-        for i, (s, r) in zip(again, [task.remote(*pieces[i], opts | {"extra_names": first}, False) for i in again]):
-            stats[i], samples[i] = ray.get(s), r  # as the local engine: the first good row's columns, for all
-        del pieces, refs
+        for i, r in zip(again, [task.remote(*pieces[i], opts | {"extra_names": first}, False) for i in again]):
+            stats[i], samples[i], lengths[i] = ray.get(r[0]), r[1], r[2]  # as the local engine: the first good row's
+        del pieces, refs  # columns, for all
         if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
             fingerprint = f"{sum(s['digest'] for s in stats) % (1 << 64):016x}"
         elif not isinstance(fingerprint, str):
             fingerprint = ray.get(fingerprint)
         skipped, examples = _check(stats, name, skip_bad_rows)
-        lengths = np.concatenate([np.zeros(0, np.int32)] + [s["lengths"] for s in stats]).astype(np.int64)
-        if lengths.shape[0] == 0:  # every sample dropped by overflow: pack_columns' message
+        if sum(s["n"] for s in stats) == 0:  # every sample dropped by overflow: pack_columns' message
             dropped = sum(s["overflow"].get("samples_dropped", 0) for s in stats)
             raise ValueError(
                 f"{name}: no sequence left to pack ({dropped} of {sum(s['rows'] for s in stats) - skipped} samples "
@@ -171,14 +192,14 @@ def pack_ray(
         timings["tokenize"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        plan = plan_packs(lengths, **plan_args)
+        plan = _plan(ray, stats, lengths, plan_args)
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        tmp = temp_dir(out)
+        tmp = out.start() if remote is not None else temp_dir(out)
         writers: list = []
         try:
-            shards = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
+            shards, fills, order, pad = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
             rows = sum(s["rows"] for s in stats)
@@ -202,20 +223,25 @@ def pack_ray(
                 tokens_read=sum(s["tokens"] for s in stats), loss_tokens_read=sum(s["loss"] for s in stats),
                 sequences_packed=plan.num_sequences, tokens_packed=sum(s[2] for s in shards),
                 loss_tokens_packed=sum(s[3] for s in shards), loss_tokens_masked_at_boundary=sum(s[4] for s in shards),
-                packs=plan.num_packs, plan_hash=plan.plan_hash(), metrics=plan.metrics(), packwise_version=__version__,
+                packs=plan.num_packs, plan_hash=_plan_hash(ray, plan, lengths, order),
+                metrics=_metrics(plan, fills, pad), packwise_version=__version__,
                 timings=timings, skipped_examples=examples, alignment=plan.alignment,
                 algorithm_options=dict(algorithm_options or {}), multimodal=multimodal,
                 pad_tokens_removed=sum(s.get("pads", 0) for s in stats),
             )  # fmt: skip
             report.check()
             _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
+            tmp = None
         except BaseException as e:
             # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task
             # whose reply is in flight aborts the driver process (a fatal check in Ray's TaskManager, seen
             # with ray 2.60 here). On Ctrl-C nothing waits: the session's shutdown stops the workers.
             if writers and isinstance(e, Exception):
                 ray.wait(writers, num_returns=len(writers), timeout=WRITER_WAIT_S)
-            shutil.rmtree(tmp, ignore_errors=True)
+            if remote is not None:
+                out.abort()
+            elif tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         timings["write"] = time.perf_counter() - t
     return report
@@ -230,6 +256,8 @@ def pack_dataset(
     overwrite: bool = False,
     num_cpus: int | None = None,
     ray_address: str | None = None,
+    runtime_env: dict | None = None,
+    filesystem=None,
     **overrides,
 ) -> PackReport:
     """:func:`pack_ray` driven by a :class:`~packwise.PackingConfig` (what ``packwise pack --engine ray
@@ -238,7 +266,7 @@ def pack_dataset(
     Args:
         ds, output: as :func:`pack_ray`.
         config: a ``PackingConfig``, a path to one (.yaml/.toml/.json), or None (defaults).
-        packs_per_shard, overwrite, num_cpus, ray_address: as :func:`pack_ray`.
+        packs_per_shard, overwrite, num_cpus, ray_address, runtime_env, filesystem: as :func:`pack_ray`.
         **overrides: config fields that replace the config's (``capacity=8192``).
 
     Returns:
@@ -264,90 +292,91 @@ def pack_dataset(
         raise TypeError(f"config is a {type(config).__name__}; pass a PackingConfig, a path to one, or None")
     return pack_ray(
         ds, output, **cfg.pipeline_kwargs(), packs_per_shard=packs_per_shard, overwrite=overwrite,
-        num_cpus=num_cpus, ray_address=ray_address,
+        num_cpus=num_cpus, ray_address=ray_address, runtime_env=runtime_env, filesystem=filesystem,
     )  # fmt: skip
 
 
 @contextmanager
-def _session(num_cpus: int | None, address: str | None):
+def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None = None):
     import ray
 
     if ray.is_initialized():
+        if runtime_env is not None:
+            raise ValueError(
+                "runtime_env applies to the Ray session pack_ray starts; Ray is already initialised in this "
+                "process: pass runtime_env to your ray.init, or call pack_ray before it"
+            )
         yield
         return
+    env = {"runtime_env": runtime_env} if runtime_env is not None else {}
     if address is None:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **env)
     else:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, **env)
     try:
         yield
     finally:
         ray.shutdown()
 
 
-def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
-    """Raise what the local engine would raise first; else ``(rows skipped, first 5 skip messages)``."""
-    errors = sorted((r, i, row, msg) for i, s in enumerate(stats) for r, row, msg in s["errors"])
-    fatal = next((s["fatal"] for s in stats if s["fatal"]), None)
-    if errors and not skip and (errors[0][0] <= 1 or fatal is None):
-        raise ValueError(errors[0][3])
-    if fatal is not None:
-        raise ValueError(fatal)
-    skipped = sum(s["skipped"] for s in stats)
-    if sum(s["rows"] for s in stats) == skipped:
-        raise ValueError(f"{name}: no usable rows ({skipped} skipped); nothing to pack")
-    too_long = next((s["too_long"] for s in stats if s["too_long"]), None)
-    if too_long is not None:
-        raise ValueError(too_long)
-    columns = {tuple(c for c in s["columns"] if c != MEDIA_TYPES) for s in stats if len(s["lengths"])}
-    if len(columns) > 1:
-        raise ValueError(
-            f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
-            "row the same per-token columns, or use the local engine, which skips odd rows with --skip-bad-rows"
-        )
-    return skipped, [msg.removesuffix(f"; {SKIP_HINT}") for *_, msg in errors[:5]]
+def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
+    """Send sequences to shard-group writers. Returns ``(shards, pack_length_counts, order refs, pad)``:
+    ``[(shard, packs, tokens, loss tokens, masked)]`` in shard order, ``(C+1,)`` packs per real token count,
+    one ObjectRef per writer to its slice of the plan order, and the pad-to-longest baseline in tokens."""
+    from ..plan import HistogramPlan
 
-
-def _assemble(ray, plan: PackPlan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Send sequences to shard-group writers; ``[(shard, packs, tokens, loss tokens, masked)]`` in shard order."""
-    n_shards = max(1, math.ceil(plan.num_packs / per_shard))
-    pack_bounds = np.minimum(np.arange(n_shards + 1) * per_shard, plan.num_packs)
-    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(int(plan.lengths.sum()) * 8 / GROUP_BYTES)))
+    hist = isinstance(plan, HistogramPlan)
+    n_seq, n_packs = plan.num_sequences, plan.num_packs
+    n_shards = max(1, math.ceil(n_packs / per_shard))
+    pack_bounds = np.minimum(np.arange(n_shards + 1) * per_shard, n_packs)
+    tokens = sum(int((s["hist"][0].astype(np.int64) * s["hist"][1]).sum()) for s in stats)
+    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(tokens * 8 / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
-    seq_bounds = plan.offsets[pack_bounds[[g[0] for g in groups] + [n_shards]]]
-    pos = np.empty(plan.num_sequences, dtype=np.int64)  # position of each sequence in plan order
-    pos[plan.order] = np.arange(plan.num_sequences, dtype=np.int64)
-    split = ray.remote(_split).options(num_returns=n_groups)
-    parts, seq, row = [], 0, 0
+    group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
+    seq_bounds = plan.pack_offsets(group_packs) if hist else plan.offsets[group_packs]
+    batch = max(1, round(n_seq / n_packs)) if n_packs else 1  # PackingMetrics' pad-to-longest batch size
+    if hist:
+        hp_ref = ray.put(plan)
+        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+    else:
+        pos = np.empty(n_seq, dtype=np.int64)  # position of each sequence in plan order
+        pos[plan.order] = np.arange(n_seq, dtype=np.int64)
+    split = ray.remote(_split).options(num_returns=n_groups + 1)
+    parts, pads, seq, row = [], [], 0, 0
     for s, ref in zip(stats, samples):
-        n = len(s["lengths"])
+        n = s["n"]
         if n:  # a piece whose rows were all skipped or dropped sends nothing (its ref holds None)
-            out = split.remote(ref, pos[seq : seq + n], seq_bounds, row)
-            parts.append([out] if n_groups == 1 else out)
+            if hist:
+                out = split.remote(ref, hp_ref, cost_offsets.copy(), seq_bounds, row, seq, batch)
+                np.add.at(cost_offsets, plan.costs_of(s["hist"][0]), s["hist"][1])
+            else:
+                out = split.remote(ref, None, pos[seq : seq + n], seq_bounds, row, seq, batch)
+            parts.append(out[:-1])
+            pads.append(out[-1])
         seq, row = seq + n, row + s["rows"]
     samples.clear()
-    columns = {k: v for s in stats if len(s["lengths"]) for k, v in s["columns"].items()}  # pieces agree
-    write = ray.remote(_write_group)
+    columns = {k: v for s in stats if s["n"] for k, v in s["columns"].items()}  # pieces agree
+    write = ray.remote(_write_group).options(num_returns=3)
+    results = []
     for g, shards in enumerate(groups):
         p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
         jobs = [(int(s), int(pack_bounds[s]) - p0, int(pack_bounds[s + 1]) - p0) for s in shards]
-        meta = (str(tmp), n_shards, jobs, plan.offsets[p0 : p1 + 1], plan.capacity, plan.algorithm, columns)
-        writers.append(write.remote(meta, *[p[g] for p in parts]))
-    return [shard for group in ray.get(writers) for shard in group]
-
-
-def _commit(tmp: Path, out: Path, report: PackReport, shards: list[dict]) -> None:
-    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it)."""
-    from ..cli._pack import metadata
-
-    meta = {"format": FORMAT, **metadata(report), "shards": shards}
-    (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    old = out.parent / f".{out.name}.old-{os.getpid()}" if out.exists() else None
-    if old is not None:
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        offsets = (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]  # a histogram plan: the writer computes them
+        meta = (tmp if not isinstance(tmp, Path) else str(tmp), n_shards, jobs, offsets, plan.capacity, plan.algorithm)
+        meta += (columns,)
+        refs = write.remote(meta, *[p[g] for p in parts])
+        writers.append(refs[0])
+        results.append(refs)
+    done = ray.get(writers)
+    fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
+    whole, edges = 0, {}
+    for share, cut in ray.get(pads):
+        whole += share
+        for b, longest, rows in cut:
+            m, r = edges.get(b, (0, 0))
+            edges[b] = (max(m, longest), r + rows)
+    pad = whole + sum(m * r for m, r in edges.values())
+    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
 
 
 __all__ = ["pack_dataset", "pack_ray"]

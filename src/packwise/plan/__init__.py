@@ -12,13 +12,17 @@ Example:
 from ._align import align_lengths, alignment_multiple
 from ._api import ALGORITHM_OPTIONS, ALGORITHMS, ALIASES, Algorithm, plan_packs, resolve_algorithm
 from ._distribute import RankAssignment, assign_to_ranks, distribute, pack_costs
+from ._histogram import HistogramPlan
+from ._histogram_plan import HISTOGRAM_ALGORITHMS, plan_histogram
 from ._plan import PackingMetrics, PackPlan
 
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_OPTIONS",
     "ALIASES",
+    "HISTOGRAM_ALGORITHMS",
     "Algorithm",
+    "HistogramPlan",
     "PackPlan",
     "PackingMetrics",
     "RankAssignment",
@@ -27,6 +31,7 @@ __all__ = [
     "assign_to_ranks",
     "distribute",
     "pack_costs",
+    "plan_histogram",
     "plan_packs",
     "resolve_algorithm",
 ]

@@ -81,6 +81,58 @@ def _ratio(a: float, b: float) -> float:
     return float(a) / float(b) if b else 0.0
 
 
+def fill_metrics(
+    *,
+    num_sequences: int,
+    capacity: int,
+    total_tokens: int,
+    total_cost: int,
+    pack_length_counts,
+    max_sequences_in_pack: int,
+    batch_size: int,
+    pad_to_longest_tokens: int,
+) -> PackingMetrics:
+    """:class:`PackingMetrics` from sums and the ``(C+1,)`` histogram of real tokens per pack.
+
+    The fill statistics are computed in exact integer arithmetic from the histogram (one rounding at the
+    end), so a plan expanded from templates and one built sequence by sequence report the same floats.
+    """
+    counts = [int(c) for c in np.asarray(pack_length_counts).tolist()]
+    n, cap = num_sequences, capacity
+    p = sum(counts)
+    s1 = sum(v * c for v, c in enumerate(counts) if c)
+    s2 = sum(v * v * c for v, c in enumerate(counts) if c)
+    used = [v for v, c in enumerate(counts) if c]
+    slots = p * cap
+    lower = math.ceil(total_cost / cap)
+    pad_longest = pad_to_longest_tokens
+    return PackingMetrics(
+        num_sequences=n,
+        num_packs=p,
+        capacity=cap,
+        total_tokens=total_tokens,
+        total_cost=total_cost,
+        utilisation=_ratio(total_tokens, slots),
+        waste_tokens=slots - total_tokens,
+        lower_bound_packs=lower,
+        excess_packs_pct=100.0 * _ratio(p - lower, lower),
+        fill_min=used[0] / cap if p else 0.0,
+        fill_mean=s1 / slots if p else 0.0,
+        fill_max=used[-1] / cap if p else 0.0,
+        fill_balance=1.0 - math.sqrt(p * s2 - s1 * s1) / s1 if p and s1 else 0.0,
+        max_sequences_in_pack=max_sequences_in_pack,
+        batch_size=batch_size,
+        pad_to_longest_tokens=pad_longest,
+        pad_to_capacity_tokens=n * cap,
+        padding_avoided_vs_longest=pad_longest - slots,
+        padding_avoided_vs_capacity=(n - p) * cap,
+        speedup_vs_longest=_ratio(pad_longest, slots),
+        speedup_vs_capacity=_ratio(n, p),
+        speedup_ceiling=_ratio(n * cap, total_tokens),
+        speedup_ceiling_vs_longest=_ratio(pad_longest, total_tokens),
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class PackPlan:
     """Which sequences share a pack: CSR over sequence indices, cheap for 10 M sequences.
@@ -181,9 +233,6 @@ class PackPlan:
         if key in self._cache:
             return self._cache[key]
         n, p, cap = self.num_sequences, self.num_packs, self.capacity
-        total = int(self.lengths.sum())
-        total_cost = int(self.costs().sum())
-        fills = self.pack_lengths() / cap if p else np.zeros(1)
         bs = batch_size or (max(1, round(n / p)) if p else 1)
         if n:
             starts = np.arange(0, n, bs)
@@ -192,34 +241,12 @@ class PackPlan:
             pad_longest = int((longest * rows).sum())
         else:
             pad_longest = 0
-        slots = p * cap
-        lower = math.ceil(total_cost / cap)
-        mean = float(fills.mean()) if p else 0.0
-        m = PackingMetrics(
-            num_sequences=n,
-            num_packs=p,
-            capacity=cap,
-            total_tokens=total,
-            total_cost=total_cost,
-            utilisation=_ratio(total, slots),
-            waste_tokens=slots - total,
-            lower_bound_packs=lower,
-            excess_packs_pct=100.0 * _ratio(p - lower, lower),
-            fill_min=float(fills.min()) if p else 0.0,
-            fill_mean=mean,
-            fill_max=float(fills.max()) if p else 0.0,
-            fill_balance=1.0 - _ratio(float(fills.std()), mean) if p else 0.0,
-            max_sequences_in_pack=int(self.pack_sizes().max()) if p else 0,
-            batch_size=bs,
+        m = fill_metrics(
+            num_sequences=n, capacity=cap, total_tokens=int(self.lengths.sum()), total_cost=int(self.costs().sum()),
+            pack_length_counts=np.bincount(self.pack_lengths(), minlength=cap + 1),
+            max_sequences_in_pack=int(self.pack_sizes().max()) if p else 0, batch_size=bs,
             pad_to_longest_tokens=pad_longest,
-            pad_to_capacity_tokens=n * cap,
-            padding_avoided_vs_longest=pad_longest - slots,
-            padding_avoided_vs_capacity=(n - p) * cap,
-            speedup_vs_longest=_ratio(pad_longest, slots),
-            speedup_vs_capacity=_ratio(n, p),
-            speedup_ceiling=_ratio(n * cap, total),
-            speedup_ceiling_vs_longest=_ratio(pad_longest, total),
-        )
+        )  # fmt: skip
         self._cache[key] = m
         return m
 

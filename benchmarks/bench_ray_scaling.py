@@ -1,0 +1,140 @@
+"""Ray engine scaling: driver memory, rows/s and object-store use at 1 M, 4 M, 16 M pre-tokenized rows.
+
+    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2
+
+Input: one Parquet file per size, ``input_ids`` of lognormal(2.5, 0.8) lengths clipped to [1, 256] (median 12,
+mean 17 tokens: short rows, so 16 M rows fit this 2-core, 24 GB machine), random ids below 150,000, row groups
+of 65,536. Each run is a fresh process: ``ray.init(num_cpus=k)`` then ``pack_ray`` (BFD, capacity 1024,
+2,000 packs per shard: several writer groups). Measured in that process:
+
+- driver peak: tracemalloc's peak during ``pack_ray`` (Python + numpy allocations of the driver), the peak of
+  the process's private resident memory (``RssAnon``, sampled every 0.2 s) and of its resident *shared*
+  memory (``RssShmem``: object-store pages the driver read, e.g. while streaming the plan hash; they belong
+  to the object store), and the process's peak RSS (``ru_maxrss``, both together);
+- object store: the peak rise of ``/dev/shm`` use over its use before ``pack_ray`` (plasma lives there;
+  sampled every 0.2 s; the machine is shared, so other Ray sessions add noise) and the bytes in the session's
+  spill directory at their peak;
+- rows/s: rows / wall time of ``pack_ray`` (workers warmed on a 1,000-row run first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+CAPACITY = 1024
+
+
+def make_input(path: Path, rows: int) -> int:
+    rng = np.random.default_rng(0)
+    writer, tokens = None, 0
+    for a in range(0, rows, 1 << 20):
+        n = min(1 << 20, rows - a)
+        lengths = np.clip(np.rint(rng.lognormal(2.5, 0.8, n)), 1, 256).astype(np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = rng.integers(0, 150_000, int(offsets[-1]), dtype=np.int32)
+        table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))})
+        writer = writer or pq.ParquetWriter(path, table.schema)
+        writer.write_table(table, row_group_size=65_536)
+        tokens += int(offsets[-1])
+    writer.close()
+    return tokens
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+
+def run_one(path: str, out: str, cpus: int) -> dict:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from packwise.integrations.ray import pack_ray
+
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    spill = Path(ray._private.worker._global_node.get_session_dir_path())
+    peak = {"shm": 0, "spill": 0, "anon": 0, "own_shm": 0}
+    stop = threading.Event()
+
+    def shm_used() -> int:
+        st = os.statvfs("/dev/shm")
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def sample(base: int):
+        while not stop.is_set():
+            try:
+                peak["shm"] = max(peak["shm"], shm_used() - base)
+                with open("/proc/self/status") as f:
+                    mine = {x.split(":")[0]: int(x.split()[1]) * 1024 for x in f if x.startswith("Rss")}
+                peak["anon"] = max(peak["anon"], mine["RssAnon"])
+                peak["own_shm"] = max(peak["own_shm"], mine["RssShmem"])
+                spilled = sum(p.stat().st_size for p in spill.rglob("*spilled*/*") if p.is_file())
+                peak["spill"] = max(peak["spill"], spilled)
+            except OSError:
+                pass
+            time.sleep(0.2)
+
+    warm = pq.ParquetFile(path).read_row_group(0).slice(0, 1000)  # not the whole file into the driver
+    pack_ray(warm, out + "-warm", capacity=CAPACITY)
+    threading.Thread(target=sample, args=(shm_used(),), daemon=True).start()
+    rss0 = _rss_kib()
+    tracemalloc.start()
+    t = time.perf_counter()
+    report = pack_ray(path, out, capacity=CAPACITY, packs_per_shard=2_000)
+    wall = time.perf_counter() - t
+    _, traced = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    stop.set()
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ray.shutdown()
+    return {
+        "rows": report.rows_read, "tokens": report.tokens_packed, "packs": report.packs, "cpus": cpus,
+        "wall_s": round(wall, 2), "rows_per_s": round(report.rows_read / wall), "driver_traced_peak_mb":
+        round(traced / 2**20, 1), "driver_rss_rise_mb": round(max(0, maxrss - rss0) / 1024, 1), "driver_peak_rss_mb": round(maxrss / 1024),
+        "driver_peak_private_mb": round(peak["anon"] / 2**20), "driver_peak_shared_mb": round(peak["own_shm"] / 2**20),
+        "object_store_peak_mb": round(peak["shm"] / 2**20, 1), "spilled_peak_mb": round(peak["spill"] / 2**20, 1),
+        "plan_hash": report.plan_hash[:16], "timings": {k: round(v, 2) for k, v in report.timings.items()},
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", default="1e6,4e6,16e6")
+    ap.add_argument("--cpus", default="1,2")
+    ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one[0], args.one[1], int(args.one[2]))))
+        return
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+        for rows in (int(float(r)) for r in args.rows.split(",")):
+            path = Path(d) / f"rows-{rows}.parquet"
+            t = time.perf_counter()
+            tokens = make_input(path, rows)
+            print(f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True)
+            for cpus in (int(c) for c in args.cpus.split(",")):
+                out = str(Path(d) / f"out-{rows}-{cpus}")
+                cmd = [sys.executable, __file__, "--one", str(path), out, str(cpus)]
+                res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+                line = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-2000:]
+                print(line, flush=True)
+                subprocess.run(["rm", "-rf", out, out + "-warm"])
+
+
+if __name__ == "__main__":
+    main()

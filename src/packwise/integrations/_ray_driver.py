@@ -1,0 +1,104 @@
+"""Ray engine, driver side: what the local engine would raise, the plan, its hash and metrics, the commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+
+from ..io._read import SKIP_HINT
+from ..io._write import FORMAT, METADATA
+from ..pipeline._report import PackReport
+from ..plan import plan_packs
+from ._ray_fs import RemoteOutput
+from ._ray_workers import MEDIA_TYPES
+
+
+def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
+    """Raise what the local engine would raise first; else ``(rows skipped, first 5 skip messages)``."""
+    errors = sorted((r, i, row, msg) for i, s in enumerate(stats) for r, row, msg in s["errors"])
+    fatal = next((s["fatal"] for s in stats if s["fatal"]), None)
+    if errors and not skip and (errors[0][0] <= 1 or fatal is None):
+        raise ValueError(errors[0][3])
+    if fatal is not None:
+        raise ValueError(fatal)
+    skipped = sum(s["skipped"] for s in stats)
+    if sum(s["rows"] for s in stats) == skipped:
+        raise ValueError(f"{name}: no usable rows ({skipped} skipped); nothing to pack")
+    too_long = next((s["too_long"] for s in stats if s["too_long"]), None)
+    if too_long is not None:
+        raise ValueError(too_long)
+    columns = {tuple(c for c in s["columns"] if c != MEDIA_TYPES) for s in stats if s["n"]}
+    if len(columns) > 1:
+        raise ValueError(
+            f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
+            "row the same per-token columns, or use the local engine, which skips odd rows with --skip-bad-rows"
+        )
+    return skipped, [msg.removesuffix(f"; {SKIP_HINT}") for *_, msg in errors[:5]]
+
+
+def _plan(ray, stats: list, lengths: list, plan_args: dict):
+    """A :class:`HistogramPlan` from the pieces' length histograms (the driver never sees a per-sequence
+    array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a ``PackPlan`` from the
+    lengths fetched in input order (O(N) driver memory: said in the docs)."""
+    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram, resolve_algorithm
+
+    if resolve_algorithm(plan_args["algorithm"]) not in HISTOGRAM_ALGORITHMS:
+        real = [ray.get(r) for r, s in zip(lengths, stats) if s["n"]]
+        return plan_packs(np.concatenate(real).astype(np.int64), **plan_args)
+    counts = np.zeros(plan_args["capacity"] + 1, dtype=np.int64)
+    for s in stats:
+        np.add.at(counts, s["hist"][0], s["hist"][1])
+    args = {k: v for k, v in plan_args.items() if k != "seed"}  # histogram planners are deterministic
+    return plan_histogram(counts, **args)
+
+
+def _plan_hash(ray, plan, lengths: list, order: list) -> str:
+    """``PackPlan.plan_hash``. For a histogram plan one worker task streams it from the pieces' lengths and the
+    writers' slices of the plan order, one object at a time: O(N) time in that task, O(piece) memory, and the
+    driver never reads per-row data from the object store (its memory stays flat)."""
+    from ..plan import HistogramPlan
+
+    if not isinstance(plan, HistogramPlan):
+        return plan.plan_hash()
+    return ray.get(ray.remote(_stream_hash).remote(plan, [r for r in lengths if r is not None], order))
+
+
+def _stream_hash(plan, lengths: list, order: list) -> str:
+    """Worker: the plan hash from lists of ObjectRefs (fetched and released one by one)."""
+    import ray
+
+    def consume(refs: list):
+        refs.reverse()
+        while refs:
+            yield ray.get(refs.pop())
+
+    return plan.plan_hash(consume(list(lengths)), consume(list(order)))
+
+
+def _metrics(plan, fills: np.ndarray, pad: int):
+    from ..plan import HistogramPlan
+
+    if not isinstance(plan, HistogramPlan):
+        return plan.metrics()
+    return plan.metrics(pad_to_longest_tokens=pad, pack_length_counts=fills)
+
+
+def _commit(tmp, out, report: PackReport, shards: list[dict]) -> None:
+    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it); for
+    remote output, shards moved from the temporary prefix and ``metadata.json`` written last."""
+    from ..cli._pack import metadata
+
+    meta = {"format": FORMAT, **metadata(report), "shards": shards}
+    if isinstance(out, RemoteOutput):
+        out.commit([s["file"] for s in shards], json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        return
+    (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    old = out.parent / f".{out.name}.old-{os.getpid()}" if out.exists() else None
+    if old is not None:
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
