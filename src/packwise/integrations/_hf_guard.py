@@ -21,6 +21,7 @@ VERIFIED_FAMILIES = frozenset(
     {
         "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma2", "gemma3", "phi3", "gpt_oss", "olmo2",
         "roberta", "bert", "qwen2_5_vl",
+        "qwen2_5_omni",  # the thinker: ISOLATED with text, image and audio documents (tests/multimodal/test_audio.py)
     }
 )  # fmt: skip
 #: Encoder families (bidirectional attention, per document) and their first position id.
