@@ -22,6 +22,23 @@ Rules (and why):
    final pack count in advance.
 10. ``layout="padded"`` with ``consumer.varlen_only``: varlen kernels (flash-attn varlen, TE THD) take one
     THD row, not ``[P, S]`` rows.
+11. ``consumer.multi_token_prediction`` with ``alignment > 1``: Megatron's ``roll_tensor`` rolls each
+    document by the *real* ``cu_seqlens`` while the tokens sit at the padded offsets, so the rolled ids,
+    labels and loss mask mix neighbouring documents (measured: tests/megatron).
+12. ``consumer.multi_token_prediction`` with ``consumer.mrope`` (multimodal): MTP layers embed the rolled
+    token ids and never see the spliced image embeddings (upstream Megatron-LM lacks that path, #7253).
+13. ``topology.cp > 1`` with ``loss_reduction="sequence_mean"``: each CP rank holds part of every document
+    and cannot form a document's mean; the ranks' means do not sum to the unsharded loss.
+14. ``topology.cp > 1`` with ``layout="padded"``: the zigzag split and Transformer Engine's THD context
+    parallelism take one THD row.
+15. ``emit.position_ids=False`` without ``consumer.varlen_only``: only a THD consumer (Megatron RoPE with
+    ``PackedSeqParams``) rebuilds positions from ``cu_seqlens``; an HF model counts 0..T-1 over the whole
+    pack, so every document after the first gets wrong positions.
+
+Context parallelism with ``labels="hf"`` is correct by construction (not refused): the sharder shifts the
+labels within each document before the zigzag split (``shard_for_context_parallel``).
+The components are built from the config: ``cfg.collator()``, ``cfg.stream(source)``, ``cfg.loss()``, ...
+(see :class:`packwise._build.ConfigBuilders`).
 
 Example:
     >>> cfg = PackingConfig(capacity=8192, topology={"tp": 4, "cp": 2, "sequence_parallel": True})
@@ -42,6 +59,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._build import ConfigBuilders
 from .plan import alignment_multiple
 from .plan._api import ALGORITHM_OPTIONS, MAX_CAPACITY, check_algorithm_options, resolve_algorithm
 
@@ -102,7 +120,7 @@ class Multimodal(_Frozen):
         return self
 
 
-class PackingConfig(_Frozen):
+class PackingConfig(ConfigBuilders, _Frozen):
     """Every packwise pipeline option, validated at construction (see the module docstring for the rules).
 
     Attributes:
@@ -218,7 +236,36 @@ class PackingConfig(_Frozen):
                 "layout='padded' cannot feed consumer.varlen_only=True: varlen kernels take one THD row; "
                 "set layout: thd"
             )
+        self._megatron_rules(t, a, c)
         return self
+
+    def _megatron_rules(self, t: Topology, a: int, c: Consumer) -> None:
+        if c.multi_token_prediction and a > 1:
+            raise ValueError(
+                f"consumer.multi_token_prediction=True cannot be combined with alignment={a} (> 1): Megatron's MTP "
+                "roll_tensor rolls by the real cu_seqlens while tokens sit at padded offsets, mixing documents; "
+                "use alignment 1 (no cp, no sequence_parallel, no fp8) or turn MTP off"
+            )
+        if c.multi_token_prediction and c.mrope:
+            raise ValueError(
+                "consumer.multi_token_prediction=True cannot be combined with consumer.mrope=True (multimodal): "
+                "MTP layers embed token ids, not the image embeddings (Megatron-LM #7253); turn one off"
+            )
+        if t.cp > 1 and self.loss_reduction == "sequence_mean":
+            raise ValueError(
+                f"topology.cp={t.cp} cannot be combined with loss_reduction='sequence_mean': a CP rank holds part of "
+                "every document and cannot form its mean; use loss_reduction: token_mean"
+            )
+        if t.cp > 1 and self.layout == "padded":
+            raise ValueError(
+                f"topology.cp={t.cp} needs layout='thd' (got layout='padded'): context parallelism splits one THD "
+                "row; set layout: thd"
+            )
+        if not self.emit.position_ids and not c.varlen_only:
+            raise ValueError(
+                "emit.position_ids=False needs consumer.varlen_only=True (got False): only a THD consumer "
+                "rebuilds positions from cu_seqlens; an HF model counts positions over the whole pack"
+            )
 
     # -- loading and showing ----------------------------------------------------------------------------
     @classmethod

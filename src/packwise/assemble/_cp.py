@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from ._collate import NON_TOKEN_KEYS
+from ._labels import shift_labels
 
 
 def _check(cp_size: int, cp_rank: int | None = None) -> None:
@@ -68,6 +69,14 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
     Boundary tensors (``cu_seqlens*``, ``max_*``) stay global, as Transformer Engine expects; ``cp_size``
     and ``cp_rank`` are added.
 
+    Labels are shifted *before* the split: after it, token ``t+1`` of a document is often on another rank,
+    so an unshifted (HF) loss on a shard would score logits against the wrong targets. An HF batch
+    (``labels_shifted=False``) with ``cp_size > 1`` therefore comes back with ``labels`` shifted within each
+    document (``labels_shifted=True``) and the same tensor as ``shift_labels`` (the key HF Transformers'
+    causal-LM loss reads instead of shifting). Score it with ``packed_cross_entropy(...,
+    labels_shifted=True)`` or ``PackingConfig.loss()``; the sum of the ranks' losses equals the unsharded
+    loss.
+
     Raises:
         ValueError: not a thd batch, bad ``cp_size``/``cp_rank``, a segment length not divisible by
             ``2 * cp_size``, or a per-token tensor whose length is not the batch's token count.
@@ -83,6 +92,8 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
     _check(cp_size, cp_rank)
     idx = cp_indices(batch["cu_seqlens_padded"], cp_size, cp_rank)
     total = int(batch["cu_seqlens_padded"][-1])
+    if cp_size > 1 and not batch.get("labels_shifted", False) and isinstance(batch.get("labels"), torch.Tensor):
+        batch = _shifted(batch, total)
     out = dict(batch)
     for name, t in batch.items():
         if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
@@ -92,6 +103,21 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
             raise ValueError(f"batch[{name!r}] has shape {tuple(t.shape)}; expected {total} tokens on axis {axis}")
         out[name] = t.index_select(axis, idx.to(t.device))
     out["cp_size"], out["cp_rank"] = cp_size, cp_rank
+    return out
+
+
+def _shifted(batch: dict, total: int) -> dict:
+    """An HF batch with its labels (and a packed ``loss_mask``) shifted within every physical segment."""
+    cu = torch.as_tensor(batch["cu_seqlens_padded"]).to(torch.int64).cpu()
+    labels = batch["labels"]
+    if labels.shape[-1] != total:
+        raise ValueError(f"batch['labels'] has shape {tuple(labels.shape)}; expected {total} tokens on axis 1")
+    seg = torch.repeat_interleave(torch.arange(cu.shape[0] - 1), cu.diff()).to(labels.device).expand_as(labels)
+    out = dict(batch, labels=shift_labels(labels, seg), labels_shifted=True)
+    if isinstance(batch.get("loss_mask"), torch.Tensor):
+        mask = batch["loss_mask"]
+        out["loss_mask"] = shift_labels(mask.long(), seg, ignore_index=0).to(mask.dtype)
+    out["shift_labels"] = out["labels"]
     return out
 
 

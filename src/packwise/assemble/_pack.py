@@ -48,6 +48,7 @@ class PackedSequence:
         metadata: per-sequence non-tensor values (lists of length N), e.g. sample keys.
         media: per-sample tensors that are not per token — ``pixel_values (patches, D)``, ``image_grid_thw
             (images, 3)`` (and the video twins) — concatenated in sequence order.
+        labels_shifted: the label convention of ``labels`` (False: HF, unshifted; True: Megatron, shifted).
     """
 
     input_ids: torch.Tensor | None
@@ -62,6 +63,7 @@ class PackedSequence:
     columns: dict[str, torch.Tensor] = field(default_factory=dict)
     metadata: dict[str, list] = field(default_factory=dict)
     media: dict[str, torch.Tensor] = field(default_factory=dict)
+    labels_shifted: bool = False
     _segments: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
@@ -223,6 +225,7 @@ def assemble_pack(
         columns={k: place(v, pad_values.get(k, 0)) for k, v in cols.extra.items()},
         metadata=cols.metadata,
         media=cols.media,
+        labels_shifted=bool(labels_shifted),
         _segments=(seg_real, seg_len),
     )
 

@@ -55,6 +55,20 @@ class PackwiseTaskEncoderMixin:
     packing_alignment: int = 1
     packing_seed: int = 0
     packing_algorithm_options: dict = {}  # noqa: RUF012 - read-only default
+    # -- h16: a PackingConfig, when set, supplies every packing_* setting and the conventions (labels,
+    # fixed_width, layout, emit) of pack_selected_samples and batch: see PackingConfig.energon_settings().
+    packing_config = None
+
+    def _packwise(self) -> dict:
+        cfg = self.packing_config
+        if cfg is None:
+            return {"plan": {"capacity": self.packing_capacity, "algorithm": self.packing_algorithm,
+                             "seed": self.packing_seed, "alignment": self.packing_alignment,
+                             **self.packing_algorithm_options},
+                    "assemble": {"alignment": self.packing_alignment}, "collate": {}}  # fmt: skip
+        return cfg.energon_settings()
+
+    # -- end h16
 
     def packing_length(self, sample) -> int:
         """Tokens of a buffered sample (default ``len(sample.input_ids)``)."""
@@ -70,7 +84,8 @@ class PackwiseTaskEncoderMixin:
         Raises:
             ValueError: ``packing_capacity`` not set, or a sample longer than the capacity (after alignment).
         """
-        if not self.packing_capacity:
+        settings = self._packwise()["plan"]
+        if not settings["capacity"]:
             raise ValueError(f"{type(self).__name__}.packing_capacity is not set (tokens per pack)")
         groups: dict[Hashable, list[int]] = {}
         for i, s in enumerate(samples):
@@ -79,10 +94,7 @@ class PackwiseTaskEncoderMixin:
         used = np.zeros(len(samples), dtype=np.int64)
         for members in groups.values():
             lengths = np.asarray([self.packing_length(samples[i]) for i in members], dtype=np.int64)
-            plan = plan_packs(
-                lengths, capacity=self.packing_capacity, algorithm=self.packing_algorithm, seed=self.packing_seed,
-                alignment=self.packing_alignment, **self.packing_algorithm_options,
-            )  # fmt: skip
+            plan = plan_packs(lengths, **settings)
             for pack in plan.packs():
                 idx = [members[j] for j in pack.tolist()]
                 used[idx] += 1
@@ -97,7 +109,7 @@ class PackwiseTaskEncoderMixin:
         seqs = [
             {f: _tensor(getattr(s, f)) for f in SEQUENCE_FIELDS if getattr(s, f, None) is not None} for s in samples
         ]
-        pack = assemble_pack(seqs, alignment=self.packing_alignment)
+        pack = assemble_pack(seqs, **self._packwise()["assemble"])
         return PackedSample.derive_from(
             samples[0], __key__="+".join(str(s.__key__) for s in samples), __restore_key__=(), pack=pack,
             keys=[s.__key__ for s in samples],
@@ -105,7 +117,7 @@ class PackwiseTaskEncoderMixin:
 
     def batch(self, samples: Sequence[PackedSample]) -> dict:
         """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``."""
-        batch = collate_packs([s.pack for s in samples])
+        batch = collate_packs([s.pack for s in samples], **self._packwise()["collate"])
         batch["keys"] = [s.keys for s in samples]
         return batch
 

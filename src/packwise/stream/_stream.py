@@ -63,8 +63,8 @@ class PackingStream(IterableDataset):
         shuffle: change window membership every epoch (see the module docstring).
         assemble: yield :class:`~packwise.assemble.PackedSequence` objects (default) or, with False, the
             planned lists of samples (for custom assembly or planning-only benchmarks).
-        alignment, pad_to, pad_token_id: forwarded to :func:`~packwise.assemble.assemble_pack`; planning
-            uses aligned lengths.
+        alignment, pad_to, pad_token_id, labels_shifted: forwarded to
+            :func:`~packwise.assemble.assemble_pack`; planning uses aligned lengths.
         **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
 
     Attributes:
@@ -100,6 +100,7 @@ class PackingStream(IterableDataset):
         alignment: int = 1,
         pad_to: int | None = None,
         pad_token_id: int = 0,
+        labels_shifted: bool = False,
         **algorithm_options,
     ) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
@@ -128,6 +129,7 @@ class PackingStream(IterableDataset):
         self.seed, self.overflow, self.length_fn = int(seed), overflow, length_fn
         self.drop_last, self.shuffle, self.assemble = drop_last, shuffle, assemble
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
+        self.labels_shifted = bool(labels_shifted)
         self.algorithm_options = algorithm_options
         self.epoch = 0
         self._next = (0, 0)  # (window, pack) of the next pack to emit
@@ -195,7 +197,10 @@ class PackingStream(IterableDataset):
         if not self.assemble:
             return group
         seqs = [{**s, POSITION: tag} for s in group]
-        return assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+        return assemble_pack(
+            seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id,
+            labels_shifted=self.labels_shifted,
+        )  # fmt: skip
 
     def _source_iter(self) -> Iterable:
         src = self.source() if callable(self.source) and not isinstance(self.source, Iterable) else self.source
