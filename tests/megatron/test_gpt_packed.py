@@ -20,6 +20,7 @@ import pytest
 import torch
 
 pytest.importorskip("megatron.core")
+pytestmark = pytest.mark.slow  # importing megatron-core takes ~10 s on 2 cores
 
 from packwise import PackingConfig  # noqa: E402
 from packwise.attention import varlen_attention  # noqa: E402
