@@ -21,12 +21,11 @@ class ConfigBuilders:
             >>> PackingConfig(capacity=64, topology={"cp": 2}).plan_kwargs()["alignment"]
             4
         """
-        out = {
+        return {
             "capacity": self.capacity, "algorithm": self.algorithm, "seed": self.seed,
             "alignment": self.resolved_alignment, "max_sequences_per_pack": self.max_sequences_per_pack,
             "min_packs": self.min_packs, "pack_count_multiple": self.pack_count_multiple, **self.algorithm_options,
         }  # fmt: skip
-        return out
 
     def assemble_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`packwise.assemble.assemble_pack`: ``alignment``, ``pad_to``
@@ -93,7 +92,11 @@ class ConfigBuilders:
             ValueError: ``labels="shifted"`` (HF models shift labels themselves), ``layout="padded"`` or
                 ``fixed_width`` (the HF collator emits one tight THD row).
         """
-        bad = {"labels": ("shifted", self.labels), "layout": ("padded", self.layout), "fixed_width": (True, self.fixed_width)}
+        bad = {
+            "labels": ("shifted", self.labels),
+            "layout": ("padded", self.layout),
+            "fixed_width": (True, self.fixed_width),
+        }
         for key, (value, got) in bad.items():
             if got == value:
                 raise ValueError(

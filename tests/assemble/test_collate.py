@@ -9,7 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packwise.assemble import shift_labels, assemble_pack, collate_packs, shard_for_context_parallel, unshard_context_parallel
+from packwise.assemble import (
+    assemble_pack,
+    collate_packs,
+    shard_for_context_parallel,
+    shift_labels,
+    unshard_context_parallel,
+)
 
 X = -100
 

@@ -12,12 +12,10 @@ from packwise.assemble import (
     assemble_pack,
     collate_packs,
     cp_indices,
-    shard_for_context_parallel,
     shift_labels,
     unshift_labels,
 )
 from packwise.loss import PackedLoss, packed_cross_entropy
-from packwise.stream import PackingStream
 
 X = -100
 

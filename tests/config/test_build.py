@@ -119,15 +119,15 @@ def test_changing_a_field_changes_the_built_components(field):
 def test_mtp_collator_refuses_media():
     pack = assemble_pack([{"input_ids": [1, 2], "pixel_values": torch.zeros(4, 3), "image_grid_thw": [[1, 2, 2]]}])
     PackingConfig().collator()([pack])
-    with pytest.raises(ValueError, match="consumer.multi_token_prediction=True"):
+    with pytest.raises(ValueError, match=r"consumer\.multi_token_prediction=True"):
         PackingConfig(consumer={"multi_token_prediction": True}).collator()([pack])
 
 
 def test_rule_only_fields():
-    with pytest.raises(ValueError, match="topology.pp=2 needs fixed_width"):
+    with pytest.raises(ValueError, match=r"topology\.pp=2 needs fixed_width"):
         PackingConfig(topology={"pp": 2})
     PackingConfig(topology={"pp": 2}, fixed_width=True)
-    with pytest.raises(ValueError, match="emit.position_ids=False needs consumer.varlen_only"):
+    with pytest.raises(ValueError, match=r"emit\.position_ids=False needs consumer\.varlen_only"):
         PackingConfig(emit={"position_ids": False})
     PackingConfig(emit={"position_ids": False}, consumer={"varlen_only": True})
 

@@ -36,7 +36,9 @@ class THDCoreAttention(torch.nn.Module):
         super().__init__()
         self.scale = softmax_scale
 
-    def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None, packed_seq_params=None):
+    def forward(
+        self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None, packed_seq_params=None
+    ):
         if packed_seq_params is None:  # [s, b, h, d], one causal document per row
             s, b = query.shape[:2]
             cu = torch.tensor([0, s], dtype=torch.int32)
@@ -58,7 +60,6 @@ class THDCoreAttention(torch.nn.Module):
 def megatron():
     import torch.distributed as dist
     from megatron.core import parallel_state
-
     from megatron.core.transformer.moe import moe_utils
 
     mp = pytest.MonkeyPatch()
@@ -88,8 +89,12 @@ def gpt(num_experts: int | None = None):
     torch.manual_seed(0)
     moe = {}
     if num_experts:  # aux-loss load balancing: its statistics are what the padding mask must keep clean
-        moe = {"num_moe_experts": num_experts, "moe_router_topk": 2, "moe_aux_loss_coeff": 1.0,
-               "add_bias_linear": False}  # fmt: skip  (expert bias: an in-place add on a view under autograd)
+        moe = {
+            "num_moe_experts": num_experts,
+            "moe_router_topk": 2,
+            "moe_aux_loss_coeff": 1.0,
+            "add_bias_linear": False,
+        }  # fmt: skip  (expert bias: an in-place add on a view under autograd)
     cfg = TransformerConfig(
         num_layers=2, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True,
         hidden_dropout=0.0, attention_dropout=0.0, **moe,

@@ -121,8 +121,9 @@ def collate_packs(
         flash-attention reads); ``num_sequences`` ``[P]`` int32; ``cu_pack_tokens`` ``(P+1,)`` int32 token
         offset of each pack in the flattened batch. Python ints: ``max_length_q/k`` (longest physical
         segment), ``max_seqlen`` (longest real sequence), ``max_seqlen_padded``, ``total_tokens``.
-        ``layout`` (str), ``labels_shifted`` (bool: the convention of ``labels``). ``metadata``: a dict of per-pack lists of per-sequence values (non-tensor data
-        stays a list). Media (``pixel_values``, ``image_grid_thw``, ...) concatenated in pack order.
+        ``layout`` (str), ``labels_shifted`` (bool: the convention of ``labels``). ``metadata``: a dict
+        of per-pack lists of per-sequence values (non-tensor data stays a list). Media (``pixel_values``,
+        ``image_grid_thw``, ...) concatenated in pack order.
 
     Raises:
         ValueError: no packs, a column whose per-token shape differs between packs, input_ids in some
@@ -217,7 +218,9 @@ def _widen(p: PackedSequence, width: int, index: int, pad_token_id: int, pad_val
         raise ValueError(f"pack_width must be an integer >= 1, got {width!r}")
     extra = width - p.total_tokens
     if extra < 0:
-        raise ValueError(f"pack {index} holds {p.total_tokens} tokens > pack_width={width}; plan with capacity <= {width}")
+        raise ValueError(
+            f"pack {index} holds {p.total_tokens} tokens > pack_width={width}; plan with capacity <= {width}"
+        )
     if extra == 0:
         return p
     start = int(p.position_ids[..., -1].max()) + 1 if p.tail else 0

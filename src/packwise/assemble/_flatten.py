@@ -18,9 +18,7 @@ from ._labels import Labels, check_labels
 from ._pack import PackedSequence, assemble_pack
 
 
-def flatten_padded_batch(
-    batch: Mapping[str, torch.Tensor], *, lengths, labels: Labels = "shifted"
-) -> PackedSequence:
+def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: Labels = "shifted") -> PackedSequence:
     """Concatenate each row's real prefix into one pack; positions, labels and ``loss_mask`` are kept as given.
 
     Args:

@@ -1,0 +1,43 @@
+"""The Energon mixin takes a PackingConfig: planning, assembly and batch follow its settings and convention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.energon")
+pytestmark = pytest.mark.slow  # importing megatron-energon takes ~6 s
+
+from packwise import PackingConfig  # noqa: E402
+
+X = -100
+
+
+def test_mixin_with_packing_config_emits_megatron_convention():
+    from megatron.energon import Sample, TaskEncoder, TextSample
+
+    from packwise.integrations.energon import PackwiseTaskEncoderMixin
+
+    @dataclass
+    class TokenSample(Sample):
+        input_ids: torch.Tensor
+
+    class Encoder(PackwiseTaskEncoderMixin, TaskEncoder[TextSample, TokenSample, dict, dict]):
+        packing_config = PackingConfig(capacity=8, labels="shifted", fixed_width=True, alignment=2, buffer_size=16)
+
+    enc = Encoder()
+    buffer = [
+        TokenSample(__key__=str(i), __restore_key__=(), __subflavors__={}, input_ids=torch.arange(n) + 10 * i)
+        for i, n in enumerate((3, 5, 2))
+    ]
+    groups = enc.select_samples_to_pack(buffer)
+    assert sorted(sorted(s.__key__ for s in g) for g in groups) == [["0"], ["1", "2"]]  # aligned 4, 6, 2: 6+2 | 4
+    batch = enc.batch([enc.pack_selected_samples(g) for g in groups])
+    assert batch["tokens"].shape == (1, 16) and batch["labels_shifted"]  # two fixed-width packs of 8
+    by_key = {tuple(k): i for i, k in enumerate(batch["keys"])}
+    start = 8 * by_key[("0",)]
+    assert batch["tokens"][0, start : start + 8].tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
+    assert batch["labels"][0, start : start + 8].tolist() == [1, 2, X, X, X, X, X, X]
+    assert Encoder.packing_config.energon_settings()["dataset"] == {"packing_buffer_size": 16}
