@@ -111,3 +111,11 @@ def test_packed_seq_params_dict_without_megatron(monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron.core.packed_seq_params", None)
     params = to_packed_seq_params(assemble_pack([{"input_ids": [1, 2]}]))
     assert params["qkv_format"] == "thd" and params["cu_seqlens_q"].tolist() == [0, 2]
+
+
+def test_packed_seq_params_max_seqlen_is_an_int_from_a_tensor_too():
+    batch = collate_packs([assemble_pack([{"input_ids": [1] * 5}, {"input_ids": [2] * 7}], alignment=4)])
+    batch["max_length_q"] = torch.tensor([batch["max_length_q"]], dtype=torch.int32)  # after a TP broadcast
+    params = to_packed_seq_params(batch)
+    got = params["max_seqlen_q"] if isinstance(params, dict) else params.max_seqlen_q
+    assert type(got) is int and got == 8

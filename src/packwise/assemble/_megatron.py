@@ -10,7 +10,8 @@ def to_packed_seq_params(batch):
 
     ``cu_seqlens_q/kv`` are the real cumulative lengths and ``cu_seqlens_q/kv_padded`` the physical ones
     (Transformer Engine's convention when sequences are padded for CP/TP/FP8); ``max_seqlen_q/kv`` is the
-    longest *physical* segment, an upper bound for the kernels.
+    longest *physical* segment, an upper bound for the kernels, always a Python int (TE and CUDA graphs need
+    an int; a batch's ``max_length_q`` may be a one-element tensor after a tensor-parallel broadcast).
 
     Raises:
         ValueError: a padded-layout batch (Megatron THD needs one row).
