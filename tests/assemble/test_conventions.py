@@ -101,3 +101,11 @@ def test_stream_emits_the_configured_convention():
         assert int((real == X).sum()) == p.num_sequences  # exactly the last token of each document
     batch = next(iter(cfg.loader(samples, batch_size=2)))
     assert batch["tokens"].shape == (1, 16) and batch["labels_shifted"]
+
+
+def test_hf_collator_converts_shifted_packs_back_to_hf_labels():
+    from packwise.integrations.hf import PackedDataCollator
+
+    shifted = assemble_pack([{"input_ids": [11, 12, 13]}, {"input_ids": [21, 22]}], labels_shifted=True)
+    batch = PackedDataCollator()([shifted])
+    assert batch["labels"].tolist() == [[X, 12, 13, X, 22]]  # the model shifts: no double shift

@@ -113,7 +113,9 @@ class PackedDataCollator:
             )
             for i, f in enumerate(features)
         ]  # fmt: skip
-        batch = collate_packs(packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id)
+        batch = collate_packs(  # labels="hf" (h16): HF models shift; Megatron-shifted packs are converted back
+            packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id, labels="hf"
+        )
         if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
             batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])
