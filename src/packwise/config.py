@@ -129,12 +129,19 @@ class PackingConfig(ConfigBuilders, _Frozen):
         overflow: ``truncate`` | ``split`` | ``drop`` | ``error``.
         topology: parallel sizes (a dict is accepted).
         alignment: per-sequence alignment in tokens; None = derived from the topology.
-        layout: ``thd`` (one row) or ``padded`` (``[P, S]``).
-        fixed_width: pad every pack to ``capacity`` (pipeline parallelism, CUDA graphs).
-        emit: optional fields to emit; ``labels``: ``hf`` (unshifted) or ``shifted`` (Megatron).
-        loss_reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` (see ``packwise.loss``).
-        buffer_size: streaming window in samples (None = offline, whole dataset).
-        consumer: what the model needs; ``multimodal``: image sizing.
+        layout: ``thd`` (one row) or ``padded`` (``[P, S]``) — read by :meth:`collator`.
+        fixed_width: pad every pack to ``capacity`` (pipeline parallelism, CUDA graphs) — :meth:`assemble`,
+            :meth:`stream`, :meth:`collator`.
+        emit: optional fields to emit — :meth:`collator`; ``labels``: ``hf`` (unshifted) or ``shifted``
+            (Megatron: shifted labels, ``loss_mask``, ``tokens``) — assembler, stream, collator, Energon.
+        loss_reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` — :meth:`loss` (``packwise.loss``).
+        buffer_size: streaming window in samples (None = offline, whole dataset) — :meth:`stream`, Energon.
+        consumer: what the model needs (MRoPE -> :meth:`collator`; MTP -> rules and the collator's media
+            guard; ``varlen_only`` -> rules); ``multimodal``: image sizing (offline pipeline).
+
+    Builders (see :class:`packwise._build.ConfigBuilders`): ``plan_kwargs``, ``assemble_kwargs``,
+    ``collate_kwargs``, ``pipeline_kwargs``, ``assemble``, ``collator``, ``data_collator``, ``stream``,
+    ``loader``, ``loss``, ``shard``, ``packed_seq_params``, ``energon_settings``.
         tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
         skip_bad_rows: as in ``packwise pack``.
     """
