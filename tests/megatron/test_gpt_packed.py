@@ -195,3 +195,50 @@ def test_mtp_roll_tensor_on_packwise_layout(megatron):
     assert rolled.tolist() != [[12, 13, 0, 0, 22, 0, 0, 0]]  # what each document alone gives
     with pytest.raises(ValueError, match=r"consumer.multi_token_prediction=True cannot be combined with alignment=4"):
         PackingConfig(capacity=8, alignment=4, consumer={"multi_token_prediction": True})
+
+
+def test_mtp_gpt_loss_packed_equals_alone_and_aligned_layout_differs(megatron):
+    """A real GPTModel with one MTP layer: the MTP loss megatron-core logs on packwise's tight Megatron-convention
+    pack equals the token-weighted MTP loss of each document alone; on an aligned pack (refused by
+    PackingConfig) the roll by real cu_seqlens gives another value."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_mtp_block_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from packwise.assemble import assemble_pack, collate_packs, to_packed_seq_params
+
+    torch.manual_seed(0)
+    tc = TransformerConfig(
+        num_layers=2, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True, hidden_dropout=0.0,
+        attention_dropout=0.0, mtp_num_layers=1,
+    )  # fmt: skip
+    spec = get_gpt_layer_local_spec()
+    spec.submodules.self_attention.submodules.core_attention = THDCoreAttention
+    model = GPTModel(
+        tc, spec, vocab_size=VOCAB, max_sequence_length=64, position_embedding_type="rope",
+        mtp_block_spec=get_gpt_mtp_block_spec(tc, spec, use_transformer_engine=False),
+    ).train()  # fmt: skip
+
+    def mtp_loss(tokens, labels, loss_mask, params=None, positions=None):
+        """The MTP loss megatron-core logs: sum over rolled targets / their count."""
+        MTPLossLoggingHelper.tracker.clear()
+        positions = torch.arange(tokens.shape[1])[None] if positions is None else positions
+        model(tokens, positions, None, packed_seq_params=params, labels=labels.clamp(min=0), loss_mask=loss_mask)
+        return float(MTPLossLoggingHelper.tracker["values"][0])
+
+    docs = documents()
+    cfg = PackingConfig(capacity=32, labels="shifted", consumer={"multi_token_prediction": True})
+    batch, params = packed(cfg, docs)
+    packed_loss = mtp_loss(batch["tokens"], batch["labels"], batch["loss_mask"], params, batch["position_ids"])
+    weighted = 0.0  # alone: Megatron labels tokens[1:], the last position masked; MTP rolls one more
+    for d in docs:
+        mask = torch.ones(1, len(d))
+        mask[0, -1] = 0
+        weighted += mtp_loss(d[None], torch.roll(d, -1)[None], mask) * (len(d) - 2)
+    alone = weighted / sum(len(d) - 2 for d in docs)
+    b2 = collate_packs([assemble_pack([{"input_ids": d} for d in docs], alignment=4, labels_shifted=True)])
+    aligned = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], to_packed_seq_params(b2), b2["position_ids"])
+    print(f"MTP loss packed {packed_loss:.6f} alone {alone:.6f} aligned(real cu) {aligned:.6f}")
+    assert packed_loss == pytest.approx(alone, rel=1e-5)
+    assert abs(aligned - alone) > 1e-3
