@@ -149,10 +149,11 @@ class ConfigBuilders:
         return shard_for_context_parallel(batch, cp_size=self.topology.cp, cp_rank=cp_rank)
 
     def packed_seq_params(self, batch):
-        """megatron-core ``PackedSeqParams`` of a THD batch (:func:`to_packed_seq_params`)."""
+        """megatron-core ``PackedSeqParams`` of a THD batch (:func:`to_packed_seq_params`); with
+        ``consumer.multi_token_prediction`` the layout MTP's ``roll_tensor`` rolls correctly."""
         from .assemble import to_packed_seq_params
 
-        return to_packed_seq_params(batch)
+        return to_packed_seq_params(batch, multi_token_prediction=self.consumer.multi_token_prediction)
 
     def energon_settings(self) -> dict[str, dict[str, Any]]:
         """What ``PackwiseTaskEncoderMixin(packing_config=cfg)`` uses: ``plan`` (:func:`plan_packs`

@@ -22,9 +22,8 @@ Rules (and why):
    final pack count in advance.
 10. ``layout="padded"`` with ``consumer.varlen_only``: varlen kernels (flash-attn varlen, TE THD) take one
     THD row, not ``[P, S]`` rows.
-11. ``consumer.multi_token_prediction`` with ``alignment > 1``: Megatron's ``roll_tensor`` rolls each
-    document by the *real* ``cu_seqlens`` while the tokens sit at the padded offsets, so the rolled ids,
-    labels and loss mask mix neighbouring documents (measured: tests/megatron).
+11. (removed: ``consumer.multi_token_prediction`` with ``alignment > 1`` is correct by construction —
+    :meth:`packed_seq_params` gives MTP's ``roll_tensor`` the physical boundaries; see below.)
 12. ``consumer.multi_token_prediction`` with ``consumer.mrope`` (multimodal): MTP layers embed the rolled
     token ids and never see the spliced image embeddings (upstream Megatron-LM lacks that path, #7253).
 13. ``topology.cp > 1`` with ``loss_reduction="sequence_mean"``: each CP rank holds part of every document
@@ -35,8 +34,11 @@ Rules (and why):
     ``PackedSeqParams``) rebuilds positions from ``cu_seqlens``; an HF model counts 0..T-1 over the whole
     pack, so every document after the first gets wrong positions.
 
-Context parallelism with ``labels="hf"`` is correct by construction (not refused): the sharder shifts the
-labels within each document before the zigzag split (``shard_for_context_parallel``).
+Correct by construction (not refused): context parallelism with ``labels="hf"`` — the sharder shifts the
+labels within each document before the zigzag split (``shard_for_context_parallel``); multi-token
+prediction with ``alignment > 1`` — ``cfg.packed_seq_params(batch)`` sets ``cu_seqlens_q/kv`` to the
+physical boundaries, so Megatron's ``roll_tensor`` rolls each document inside its padded segment (with the
+real boundaries it mixes documents: measured in tests/megatron).
 The components are built from the config: ``cfg.collator()``, ``cfg.stream(source)``, ``cfg.loss()``, ...
 (see :class:`packwise._build.ConfigBuilders`).
 
@@ -243,16 +245,10 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 "layout='padded' cannot feed consumer.varlen_only=True: varlen kernels take one THD row; "
                 "set layout: thd"
             )
-        self._megatron_rules(t, a, c)
+        self._megatron_rules(t, c)
         return self
 
-    def _megatron_rules(self, t: Topology, a: int, c: Consumer) -> None:
-        if c.multi_token_prediction and a > 1:
-            raise ValueError(
-                f"consumer.multi_token_prediction=True cannot be combined with alignment={a} (> 1): Megatron's MTP "
-                "roll_tensor rolls by the real cu_seqlens while tokens sit at padded offsets, mixing documents; "
-                "use alignment 1 (no cp, no sequence_parallel, no fp8) or turn MTP off"
-            )
+    def _megatron_rules(self, t: Topology, c: Consumer) -> None:
         if c.multi_token_prediction and c.mrope:
             raise ValueError(
                 "consumer.multi_token_prediction=True cannot be combined with consumer.mrope=True (multimodal): "

@@ -71,7 +71,7 @@ VARIANTS = {
     "loss_reduction": ({}, {"loss_reduction": "sum"}),
     "buffer_size": ({"buffer_size": 6}, {"buffer_size": 2}),
     "consumer.mrope": ({}, {"consumer": {"mrope": True}}),
-    "consumer.multi_token_prediction": None,  # the collator's media guard: test_mtp_collator_refuses_media
+    "consumer.multi_token_prediction": ({"alignment": 2}, {"consumer": {"multi_token_prediction": True}}),
     "consumer.varlen_only": None,  # rule-only: test_rule_only_fields
     "topology.pp": None,  # rule-only: test_rule_only_fields
     "multimodal.min_pixels": ({}, {"multimodal": {"min_pixels": 28 * 28}}),

@@ -174,9 +174,11 @@ def test_moe_router_statistics_from_real_tokens_only_with_padding_mask(megatron)
 
 
 def test_mtp_roll_tensor_on_packwise_layout(megatron):
-    """Megatron's MTP ``roll_tensor`` rolls by the real cu_seqlens: right on a tight pack, mixing documents on an
-    aligned one — which PackingConfig refuses (consumer.multi_token_prediction with alignment > 1)."""
+    """Megatron's MTP ``roll_tensor`` slices by ``cu_seqlens_q``: right on a tight pack; on an aligned pack the real
+    boundaries mix documents, the physical ones (``PackingConfig.packed_seq_params`` with MTP) do not."""
     from megatron.core.transformer.multi_token_prediction import roll_tensor
+
+    from packwise.assemble import to_packed_seq_params
 
     docs = [torch.tensor([11, 12, 13]), torch.tensor([21, 22])]
     tight = PackingConfig(capacity=8, labels="shifted", consumer={"multi_token_prediction": True})
@@ -186,27 +188,29 @@ def test_mtp_roll_tensor_on_packwise_layout(megatron):
     rolled_labels, _ = roll_tensor(batch["labels"], shifts=-1, dims=-1, packed_seq_params=params)
     assert rolled_labels.tolist() == [[13, -100, 0, -100, 0]]  # depth-2 targets stay in their document
 
-    aligned = PackingConfig(capacity=8, alignment=4, labels="shifted")  # 11 12 13 . | 21 22 . .
-    batch, params = packed(aligned, docs)
+    aligned = PackingConfig(capacity=8, alignment=4, labels="shifted", consumer={"multi_token_prediction": True})
+    batch, params = packed(aligned, docs)  # 11 12 13 . | 21 22 . .
+    assert params.cu_seqlens_q.tolist() == [0, 4, 8]  # the physical boundaries
     rolled, _ = roll_tensor(batch["tokens"], shifts=-1, dims=-1, packed_seq_params=params)
-    # roll_tensor slices by the real cu_seqlens [0, 3, 5] over tokens laid out at [0, 4, 8]: doc 0's padding
-    # slot receives doc 1's first token, doc 1's token 21 gets 0 and 22 is never rolled
+    assert rolled.tolist() == [[12, 13, 0, 0, 22, 0, 0, 0]]  # what each document alone gives
+    mask, count = roll_tensor(batch["loss_mask"], shifts=-1, dims=-1, packed_seq_params=params)
+    assert mask.tolist() == [[1, 0, 0, 0, 0, 0, 0, 0]] and int(count) == 1  # 11 -> 13 is the one depth-2 target
+    # the real boundaries [0, 3, 5] over tokens laid out at [0, 4, 8]: doc 0's padding slot receives doc 1's
+    # first token, doc 1's 21 gets 0 and 22 is never rolled
+    rolled, _ = roll_tensor(batch["tokens"], shifts=-1, dims=-1, packed_seq_params=to_packed_seq_params(batch))
     assert rolled.tolist() == [[12, 13, 0, 21, 0, 22, 0, 0]]
-    assert rolled.tolist() != [[12, 13, 0, 0, 22, 0, 0, 0]]  # what each document alone gives
-    with pytest.raises(ValueError, match=r"consumer.multi_token_prediction=True cannot be combined with alignment=4"):
-        PackingConfig(capacity=8, alignment=4, consumer={"multi_token_prediction": True})
 
 
 def test_mtp_gpt_loss_packed_equals_alone_and_aligned_layout_differs(megatron):
-    """A real GPTModel with one MTP layer: the MTP loss megatron-core logs on packwise's tight Megatron-convention
-    pack equals the token-weighted MTP loss of each document alone; on an aligned pack (refused by
-    PackingConfig) the roll by real cu_seqlens gives another value."""
+    """A real GPTModel with one MTP layer: the MTP loss megatron-core logs on packwise's tight and aligned
+    Megatron-convention packs (PackedSeqParams from the config) equals the token-weighted MTP loss of each
+    document alone; the aligned pack with the real cu_seqlens as boundaries gives another value."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_mtp_block_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from packwise.assemble import assemble_pack, collate_packs, to_packed_seq_params
+    from packwise.assemble import to_packed_seq_params
 
     torch.manual_seed(0)
     tc = TransformerConfig(
@@ -237,8 +241,11 @@ def test_mtp_gpt_loss_packed_equals_alone_and_aligned_layout_differs(megatron):
         mask[0, -1] = 0
         weighted += mtp_loss(d[None], torch.roll(d, -1)[None], mask) * (len(d) - 2)
     alone = weighted / sum(len(d) - 2 for d in docs)
-    b2 = collate_packs([assemble_pack([{"input_ids": d} for d in docs], alignment=4, labels_shifted=True)])
-    aligned = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], to_packed_seq_params(b2), b2["position_ids"])
-    print(f"MTP loss packed {packed_loss:.6f} alone {alone:.6f} aligned(real cu) {aligned:.6f}")
+    cfg = PackingConfig(capacity=32, alignment=4, labels="shifted", consumer={"multi_token_prediction": True})
+    b2, p2 = packed(cfg, docs)
+    aligned = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], p2, b2["position_ids"])
+    real_cu = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], to_packed_seq_params(b2), b2["position_ids"])
+    print(f"MTP loss tight {packed_loss:.6f} aligned {aligned:.6f} alone {alone:.6f} aligned+real cu {real_cu:.6f}")
     assert packed_loss == pytest.approx(alone, rel=1e-5)
-    assert abs(aligned - alone) > 1e-3
+    assert aligned == pytest.approx(alone, rel=1e-5)
+    assert abs(real_cu - alone) > 1e-3

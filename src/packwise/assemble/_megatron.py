@@ -5,13 +5,21 @@ from __future__ import annotations
 from ._pack import PackedSequence
 
 
-def to_packed_seq_params(batch):
+def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
     """megatron-core's ``PackedSeqParams(qkv_format="thd", ...)``, or the same keys as a dict without it.
 
     ``cu_seqlens_q/kv`` are the real cumulative lengths and ``cu_seqlens_q/kv_padded`` the physical ones
     (Transformer Engine's convention when sequences are padded for CP/TP/FP8); ``max_seqlen_q/kv`` is the
     longest *physical* segment, an upper bound for the kernels, always a Python int (TE and CUDA graphs need
     an int; a batch's ``max_length_q`` may be a one-element tensor after a tensor-parallel broadcast).
+
+    ``multi_token_prediction=True`` (``PackingConfig.consumer.multi_token_prediction``) sets
+    ``cu_seqlens_q/kv`` to the physical boundaries too — NeMo-RL's layout. megatron-core's MTP
+    ``roll_tensor`` slices the token row by ``cu_seqlens_q``; with alignment padding the real boundaries
+    point into the wrong documents (measured: MTP loss 4.167337 instead of 4.155380), the physical ones roll
+    each document within its own padded segment, whose padding carries no label and no loss mask. Attention
+    is unchanged for the real tokens (padding follows them inside each causal segment); MoE layers need the
+    batch's ``padding_mask`` then.
 
     Raises:
         ValueError: a padded-layout batch (Megatron THD needs one row).
@@ -30,6 +38,8 @@ def to_packed_seq_params(batch):
             raise ValueError("to_packed_seq_params needs a layout='thd' batch (one row) or a PackedSequence")
         cu, cu_padded = batch["cu_seqlens"], batch["cu_seqlens_padded"]
         longest = int(batch["max_length_q"])
+    if multi_token_prediction:
+        cu = cu_padded
     fields = {
         "qkv_format": "thd",
         "cu_seqlens_q": cu,
