@@ -65,28 +65,30 @@ def test_shift_roundtrip_and_never_across(lengths, align):
     assert int((shifted != X).sum()) == sum(n - 1 for n in lengths)
 
 
-@pytest.mark.parametrize("cp", [2, 4])
-def test_cp_sum_of_rank_losses_equals_unsharded_loss(cp):
+@pytest.mark.parametrize(("cp", "labels"), [(2, "hf"), (4, "hf"), (2, "shifted")])
+def test_cp_sum_of_rank_losses_equals_unsharded_loss(cp, labels):
     """HF labels are shifted before the zigzag split: the ranks' losses add up to the unsharded loss exactly."""
     g = torch.Generator().manual_seed(0)
     docs = [{"input_ids": torch.randint(0, 11, (n,), generator=g)} for n in (13, 6, 22, 9)]
-    cfg = PackingConfig(capacity=64, topology={"cp": cp})
+    cfg = PackingConfig(capacity=64, topology={"cp": cp}, labels=labels)
     batch = cfg.collator()([cfg.assemble(docs)])
     logits = torch.randn(1, batch["total_tokens"], 11, generator=g)  # a model's output on the whole pack
-    full_sum = packed_cross_entropy(logits, batch["labels"], reduction="sum")
+    shifted = labels == "shifted"
+    full_sum = packed_cross_entropy(logits, batch["labels"], reduction="sum", labels_shifted=shifted)
     n_targets = int((batch["labels"] != X).sum())
-    full_mean = packed_cross_entropy(logits, batch["labels"])
+    full_mean = packed_cross_entropy(logits, batch["labels"], labels_shifted=shifted)
     ranks, naive, means = 0.0, 0.0, 0.0
     for r in range(cp):
         idx = cp_indices(batch["cu_seqlens_padded"], cp, r)
         shard, rank_logits = cfg.shard(batch, cp_rank=r), logits.index_select(1, idx)
-        assert shard["labels_shifted"] and torch.equal(shard["shift_labels"], shard["labels"])
+        assert shard["labels_shifted"] and (shifted or torch.equal(shard["shift_labels"], shard["labels"]))
         ranks += float(PackedLoss(reduction="sum", cp_size=cp)(rank_logits, shard))
         means += float(cfg.loss()(rank_logits, shard, num_items=n_targets))
         naive += float(packed_cross_entropy(rank_logits, batch["labels"].index_select(1, idx), reduction="sum"))
     assert ranks == pytest.approx(float(full_sum), rel=1e-5)
     assert means == pytest.approx(float(full_mean), rel=1e-5)
-    assert abs(naive - float(full_sum)) > 1.0  # splitting unshifted labels pairs tokens with the wrong targets
+    if not shifted:
+        assert abs(naive - float(full_sum)) > 1.0  # splitting unshifted labels pairs tokens with the wrong targets
     with pytest.raises(ValueError, match="needs num_items"):
         cfg.loss()(rank_logits, shard)
 
