@@ -14,7 +14,8 @@ class ConfigBuilders:
     # -- keyword arguments, for callers that build the component themselves ---------------------------
     def plan_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`packwise.plan.plan_packs` (capacity, algorithm and its options,
-        seed, alignment, pack limits).
+        seed, alignment, pack limits). ``overflow`` is not among them: ``plan_packs`` takes lengths that fit
+        ``capacity``; the stream (:meth:`stream`) and ``packwise pack`` apply ``overflow`` before planning.
 
         Example:
             >>> from packwise import PackingConfig
@@ -81,27 +82,35 @@ class ConfigBuilders:
         """
         from .assemble import PackCollator
 
-        return PackCollator(
-            **self.collate_kwargs(), multi_token_prediction=self.consumer.multi_token_prediction, **overrides
-        )
+        options = {**self.collate_kwargs(), "multi_token_prediction": self.consumer.multi_token_prediction}
+        return PackCollator(**{**options, **overrides})
 
     def data_collator(self, **overrides):
         """:class:`packwise.integrations.hf.PackedDataCollator` for ``transformers.Trainer`` / TRL (HF labels).
 
         Raises:
-            ValueError: ``labels="shifted"`` (HF models shift labels themselves), ``layout="padded"`` or
-                ``fixed_width`` (the HF collator emits one tight THD row).
+            ValueError: a setting the HF collator does not honour, named: ``labels="shifted"`` (HF models
+                shift labels themselves), ``layout="padded"`` or ``fixed_width`` (the HF collator emits one
+                tight THD row), an ``emit`` field turned off (it always emits them), ``loss_reduction`` other
+                than ``token_mean`` (the Trainer's loss), ``consumer.multi_token_prediction`` (Megatron-only).
+                MRoPE follows the data (``consumer.mrope`` is not needed).
         """
-        bad = {
-            "labels": ("shifted", self.labels),
-            "layout": ("padded", self.layout),
-            "fixed_width": (True, self.fixed_width),
+        why = {
+            "labels": (self.labels == "shifted", "HF models shift the labels themselves"),
+            "layout": (self.layout == "padded", "the HF collator emits one THD row"),
+            "fixed_width": (self.fixed_width, "the HF collator emits one tight THD row"),
+            "loss_reduction": (self.loss_reduction != "token_mean", "the Trainer computes its own token-mean loss"),
+            "consumer.multi_token_prediction": (self.consumer.multi_token_prediction, "MTP is a Megatron layer"),
+            **{f"emit.{k}": (not v, "the HF collator always emits it") for k, v in self.emit.model_dump().items()},
         }
-        for key, (value, got) in bad.items():
-            if got == value:
+        for key, (bad, reason) in why.items():
+            if bad:
+                got = self
+                for part in key.split("."):
+                    got = getattr(got, part)
                 raise ValueError(
-                    f"{key}={got!r} does not fit the HF data collator (one THD row, unshifted labels that the "
-                    "model shifts); use PackingConfig.collator() for Megatron-style batches"
+                    f"{key}={got!r} does not fit the HF data collator ({reason}); use the default for HF "
+                    "Trainer / TRL, or PackingConfig.collator() for Megatron-style batches"
                 )
         from .integrations.hf import PackedDataCollator
 
@@ -140,7 +149,7 @@ class ConfigBuilders:
         """A :class:`packwise.loss.PackedLoss` with ``loss_reduction`` and ``topology.cp``."""
         from .loss import PackedLoss
 
-        return PackedLoss(reduction=self.loss_reduction, cp_size=self.topology.cp)
+        return PackedLoss(reduction=self.loss_reduction, cp_size=self.topology.cp, labels=self.labels)
 
     def shard(self, batch: dict, *, cp_rank: int) -> dict:
         """Rank ``cp_rank``'s share of a batch (:func:`shard_for_context_parallel` with ``topology.cp``)."""
@@ -164,7 +173,22 @@ class ConfigBuilders:
             >>> from packwise import PackingConfig
             >>> PackingConfig(buffer_size=64).energon_settings()["dataset"]
             {'packing_buffer_size': 64}
+
+        Raises:
+            ValueError: ``buffer_size`` is None (Energon's packing needs a buffer), or ``overflow`` other than
+                ``error`` (the mixin packs whole samples and raises on one longer than ``capacity``; it does
+                not truncate, split or drop: do that in ``encode_sample``).
         """
+        if self.buffer_size is None:
+            raise ValueError(
+                "buffer_size=None: Energon packs from a buffer of samples (get_train_dataset packing_buffer_size); "
+                "set buffer_size"
+            )
+        if self.overflow != "error":
+            raise ValueError(
+                f"overflow={self.overflow!r} is not applied by the Energon mixin (it packs whole samples and raises "
+                "on one longer than capacity); set overflow: error and truncate in encode_sample"
+            )
         plan = self.plan_kwargs()
         plan["seed"] = 0 if plan["seed"] is None else plan["seed"]
         return {

@@ -84,9 +84,9 @@ class _Frozen(BaseModel):
 class Topology(_Frozen):
     """Parallelism of the consumer: tensor, context and pipeline parallel sizes, sequence parallel, FP8."""
 
-    tp: int = Field(1, ge=1)
-    cp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, strict=True)
+    cp: int = Field(1, ge=1, strict=True)
+    pp: int = Field(1, ge=1, strict=True)
     sequence_parallel: bool = False
     fp8: bool = False
 
@@ -153,20 +153,20 @@ class PackingConfig(ConfigBuilders, _Frozen):
     algorithm_options: dict[str, Any] = Field(default_factory=dict)
     overflow: Literal["truncate", "split", "drop", "error"] = "truncate"
     topology: Topology = Field(default_factory=Topology)
-    alignment: int | None = Field(None, ge=1)
+    alignment: int | None = Field(None, ge=1, strict=True)
     layout: Literal["thd", "padded"] = "thd"
     fixed_width: bool = False
     emit: Emit = Field(default_factory=Emit)
     labels: Literal["hf", "shifted"] = "hf"
     loss_reduction: Literal["token_mean", "sequence_mean", "sum"] = "token_mean"
-    buffer_size: int | None = Field(None, ge=1)
+    buffer_size: int | None = Field(None, ge=1, strict=True)
     consumer: Consumer = Field(default_factory=Consumer)
     multimodal: Multimodal = Field(default_factory=Multimodal)
     tokenizer: str | None = None
     chat_template: str | None = None
     loss_on: Literal["assistant", "all"] = "assistant"
     seed: int | None = None
-    max_sequences_per_pack: int | None = None
+    max_sequences_per_pack: int | None = Field(None, strict=True)
     min_packs: int | None = Field(None, ge=0)
     pack_count_multiple: int | None = Field(None, ge=1)
     skip_bad_rows: bool = False
@@ -249,6 +249,19 @@ class PackingConfig(ConfigBuilders, _Frozen):
         return self
 
     def _megatron_rules(self, t: Topology, c: Consumer) -> None:
+        a = self.resolved_alignment
+        if a > self.capacity:
+            src = f"alignment={a}" if self.alignment is not None else f"alignment={a} (derived from topology)"
+            raise ValueError(
+                f"{src} exceeds capacity={self.capacity}: no sequence fits a pack; raise capacity to a multiple of "
+                f"{a} or lower the topology"
+            )
+        for key, on in (("consumer.multi_token_prediction=True", c.multi_token_prediction), (f"topology.pp={t.pp}", t.pp > 1)):
+            if on and self.labels == "hf":
+                raise ValueError(
+                    f"{key} is a Megatron setting but labels='hf' (unshifted, for HF models): Megatron's "
+                    "GPTModel and pipeline stages read shifted labels and loss_mask; set labels: shifted"
+                )
         if c.multi_token_prediction and c.mrope:
             raise ValueError(
                 "consumer.multi_token_prediction=True cannot be combined with consumer.mrope=True (multimodal): "
@@ -269,6 +282,21 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 "emit.position_ids=False needs consumer.varlen_only=True (got False): only a THD consumer "
                 "rebuilds positions from cu_seqlens; an HF model counts positions over the whole pack"
             )
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> PackingConfig:
+        """A copy with ``update`` applied, validated like a new config (pydantic's ``model_copy`` skips every
+        rule; nested sections may be given as dicts, merged into the current ones).
+
+        Example:
+            >>> PackingConfig(capacity=64).model_copy(update={"topology": {"cp": 2}}).resolved_alignment
+            4
+        """
+        data = self.model_dump()
+        for key, value in (update or {}).items():
+            if isinstance(value, BaseModel):
+                value = value.model_dump()
+            data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
+        return type(self).model_validate(data)
 
     # -- loading and showing ----------------------------------------------------------------------------
     @classmethod

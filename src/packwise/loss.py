@@ -120,7 +120,10 @@ class PackedLoss:
         reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` (``PackingConfig.loss_reduction``).
         cp_size: context-parallel ranks (``PackingConfig.topology.cp``). With ``cp_size > 1`` a
             ``token_mean`` needs the global ``num_items`` (each rank holds part of every document) and
-            ``sequence_mean`` is refused (a rank cannot know a document's mean).
+            ``sequence_mean`` is refused (a rank cannot know a document's mean). A batch that records its
+            own ``cp_size`` (``shard_for_context_parallel``) must agree.
+        labels: the label convention of batches without a ``labels_shifted`` key (``PackingConfig.labels``);
+            a batch's ``labels_shifted`` (collate, CP shards of HF batches) is authoritative.
 
     Call ``loss(logits, batch, num_items=None)``: ``logits`` ``(1, T, V)`` / ``(P, S, V)`` for the batch's
     ``labels``; ``batch`` from ``collate_packs`` / ``PackCollator`` / ``shard_for_context_parallel`` (reads
@@ -137,15 +140,23 @@ class PackedLoss:
         True
     """
 
-    def __init__(self, *, reduction: Reduction = "token_mean", cp_size: int = 1) -> None:
+    def __init__(self, *, reduction: Reduction = "token_mean", cp_size: int = 1, labels: str = "hf") -> None:
         if reduction not in ("token_mean", "sequence_mean", "sum"):
             raise ValueError(f"unknown reduction {reduction!r}; use token_mean, sequence_mean or sum")
-        self.reduction, self.cp_size = reduction, cp_size
+        if labels not in ("hf", "shifted"):
+            raise ValueError(f"labels={labels!r}; use 'hf' (unshifted, HF Transformers) or 'shifted' (Megatron)")
+        self.reduction, self.cp_size, self.labels = reduction, cp_size, labels
 
     def __repr__(self) -> str:
-        return f"PackedLoss(reduction={self.reduction!r}, cp_size={self.cp_size})"
+        return f"PackedLoss(reduction={self.reduction!r}, cp_size={self.cp_size}, labels={self.labels!r})"
 
     def __call__(self, logits: torch.Tensor, batch, *, num_items: int | torch.Tensor | None = None) -> torch.Tensor:
+        batch_cp = batch.get("cp_size")
+        if batch_cp is not None and int(batch_cp) != self.cp_size:
+            raise ValueError(
+                f"the batch is a context-parallel shard of cp_size={int(batch_cp)} but the loss was built with "
+                f"cp_size={self.cp_size}; build both from one PackingConfig (topology.cp={int(batch_cp)})"
+            )
         if self.cp_size > 1 and self.reduction == "sequence_mean":
             raise ValueError(
                 f"loss_reduction='sequence_mean' with topology.cp={self.cp_size}: each rank holds part of every "
@@ -159,9 +170,14 @@ class PackedLoss:
         labels = batch["labels"]
         mask = batch.get("loss_mask")
         if isinstance(mask, torch.Tensor):
+            if mask.numel() != labels.numel():
+                raise ValueError(
+                    f"batch['loss_mask'] has shape {tuple(mask.shape)} but labels {tuple(labels.shape)}; give one "
+                    "0/1 value per label"
+                )
             labels = labels.masked_fill(mask.reshape(labels.shape) == 0, IGNORE_INDEX)
         cu = batch.get("cu_seq_lens_q") if self.reduction == "sequence_mean" else None
         return packed_cross_entropy(
             logits, labels, reduction=self.reduction, cu_seqlens=cu, num_items=num_items,
-            labels_shifted=bool(batch.get("labels_shifted", False)),
+            labels_shifted=bool(batch.get("labels_shifted", self.labels == "shifted")),
         )  # fmt: skip

@@ -175,7 +175,7 @@ def collate_packs(
     if mrope is False and has_mrope:
         raise ValueError("packs carry MRoPE position ids (3, T) but mrope=False (consumer.mrope); set mrope=True")
     mrope = has_mrope or bool(mrope)
-    rows = [_row(p, specs, mrope, pad_values, shifted) for p in packs]
+    rows = [_row(p, specs, mrope, pad_values, shifted, i) for i, p in enumerate(packs)]
     meta_keys = sorted({k for p in packs for k in p.metadata})
     metadata = {k: [p.metadata.get(k, [None] * p.num_sequences) for p in packs] for k in meta_keys}
     pad_id = {"input_ids": pad_token_id, "labels": IGNORE_INDEX, "padding_mask": True, **pad_values}
@@ -242,17 +242,39 @@ def _widen(p: PackedSequence, width: int, index: int, pad_token_id: int, pad_val
     )
 
 
-def _convert(p: PackedSequence, t: torch.Tensor, shifted: bool, fill) -> torch.Tensor:
+def _convert(p: PackedSequence, t: torch.Tensor, shifted: bool, fill, index: int = 0) -> torch.Tensor:
     if p.labels_shifted == shifted:
         return t
+    if not shifted:  # shifted -> HF: the last target of a segment has no HF slot; refuse rather than lose it
+        seg = p.seq_idx.long()
+        last = torch.ones_like(seg, dtype=torch.bool)
+        last[:-1] = seg[1:] != seg[:-1]
+        lost = last & (t != fill)
+        if bool(lost.any()):
+            pos = int(torch.nonzero(lost)[0])
+            raise ValueError(
+                f"pack {index}: Megatron-shifted label {int(t[pos])} at token {pos} is the target of the last token "
+                "of its sequence (the token after it); HF labels have no slot for it and converting would lose it. "
+                "Collate with labels='shifted' (Megatron consumers), or assemble with alignment > 1 (the padding "
+                "slot carries it)"
+            )
     fn = shift_labels if shifted else unshift_labels
     return fn(t.long(), p.seq_idx.long(), ignore_index=fill).to(t.dtype)
 
 
-def _row(p: PackedSequence, specs, mrope: bool, pad_values, shifted: bool) -> dict[str, torch.Tensor]:
+def _row(p: PackedSequence, specs, mrope: bool, pad_values, shifted: bool, index: int = 0) -> dict[str, torch.Tensor]:
+    labels = p.labels
+    mask = p.columns.get("loss_mask")
+    if mask is not None:  # a packed loss_mask (flatten_padded_batch) removes targets in every convention
+        if mask.shape != labels.shape:
+            raise ValueError(
+                f"pack {index}: loss_mask has shape {tuple(mask.shape)} but labels {tuple(labels.shape)}; "
+                "give one 0/1 value per token"
+            )
+        labels = labels.masked_fill(mask == 0, IGNORE_INDEX)
     row = {
         "input_ids": p.input_ids if p.input_ids is not None else torch.zeros(p.total_tokens, dtype=torch.int64),
-        "labels": _convert(p, p.labels, shifted, IGNORE_INDEX),
+        "labels": _convert(p, labels, shifted, IGNORE_INDEX, index),
         "position_ids": p.position_ids.expand(3, -1) if mrope and p.position_ids.dim() == 1 else p.position_ids,
         "padding_mask": p.padding_mask,
     }
@@ -260,8 +282,8 @@ def _row(p: PackedSequence, specs, mrope: bool, pad_values, shifted: bool) -> di
         col = p.columns.get(name)
         if col is None:
             col = torch.full((p.total_tokens, *shape), pad_values.get(name, 0), dtype=dtype, device=p.labels.device)
-        elif name == "loss_mask":  # a packed loss mask (flatten_padded_batch) follows the label convention
-            col = _convert(p, col, shifted, 0)
+        elif name == "loss_mask":  # follows the label convention: 1 exactly where a target remains
+            col = (row["labels"] != IGNORE_INDEX).to(col.dtype)
         row[name] = col.to(dtype)
     return row
 

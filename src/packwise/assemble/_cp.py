@@ -9,6 +9,7 @@ that is not divisible by ``2·cp`` is an error here — Transformer Engine silen
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -17,11 +18,26 @@ from ._collate import NON_TOKEN_KEYS
 from ._labels import shift_labels
 
 
-def _check(cp_size: int, cp_rank: int | None = None) -> None:
-    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+def _as_int(value):
+    """A Python int from an int, numpy integer or one-element integer tensor (``operator.index``), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = value.item()
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _check(cp_size, cp_rank=None) -> tuple[int, int | None]:
+    size = _as_int(cp_size)
+    if size is None or size < 1:
         raise ValueError(f"cp_size must be an integer >= 1, got {cp_size!r}")
-    if cp_rank is not None and not (isinstance(cp_rank, int) and 0 <= cp_rank < cp_size):
-        raise ValueError(f"cp_rank must be in [0, {cp_size}), got {cp_rank!r}")
+    rank = None if cp_rank is None else _as_int(cp_rank)
+    if cp_rank is not None and (rank is None or not 0 <= rank < size):
+        raise ValueError(f"cp_rank must be an integer in [0, {size}), got {cp_rank!r}")
+    return size, rank
 
 
 def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
@@ -34,7 +50,7 @@ def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> t
         >>> cp_indices(torch.tensor([0, 8]), 2, 0).tolist(), cp_indices(torch.tensor([0, 8]), 2, 1).tolist()
         ([0, 1, 6, 7], [2, 3, 4, 5])
     """
-    _check(cp_size, cp_rank)
+    cp_size, cp_rank = _check(cp_size, cp_rank)
     cu = torch.as_tensor(cu_seqlens_padded).to(torch.int64).cpu()
     if cu.dim() != 1 or cu.shape[0] < 2 or int(cu[0]) != 0 or bool((cu.diff() < 0).any()):
         raise ValueError(f"cu_seqlens_padded must be (M+1,) non-decreasing from 0, got {cu.tolist()}")
@@ -89,7 +105,7 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
     """
     if not isinstance(batch, dict) or batch.get("layout") != "thd" or "cu_seqlens_padded" not in batch:
         raise ValueError("shard_for_context_parallel needs a layout='thd' batch from collate_packs")
-    _check(cp_size, cp_rank)
+    cp_size, cp_rank = _check(cp_size, cp_rank)
     idx = cp_indices(batch["cu_seqlens_padded"], cp_size, cp_rank)
     total = int(batch["cu_seqlens_padded"][-1])
     if cp_size > 1 and not batch.get("labels_shifted", False) and isinstance(batch.get("labels"), torch.Tensor):

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ..constants import IGNORE_INDEX
 from ._labels import Labels, check_labels
 from ._pack import PackedSequence, assemble_pack
 
@@ -97,14 +98,17 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
         n = int(lengths[row])
         seq = {}
         for name, t in tensors.items():
-            if name in ("attention_mask", "loss_mask"):
-                continue
+            if name in ("attention_mask", "loss_mask") or (name == "labels" and "input_ids" in tensors):
+                continue  # labels are placed below exactly as declared by ``labels=`` (not guessed per row)
             seq[name] = t[:, row, :n] if name == "position_ids" and t.dim() == 3 else t[row, :n]
         sequences.append(seq)
     pack = assemble_pack(sequences, labels_shifted=shifted)
     changes = {}
-    if shifted and "labels" in tensors:  # exactly as given (assemble_pack masks each row's last label)
-        changes["labels"] = torch.cat([tensors["labels"][row, : int(lengths[row])] for row in rows]).long()
+    if "labels" in tensors:  # shifted: exactly as given; hf: the first label of every row carries no target
+        given = torch.cat([tensors["labels"][row, : int(lengths[row])] for row in rows]).long()
+        if not shifted:
+            given[pack.cu_seqlens[:-1].long().to(given.device)] = IGNORE_INDEX
+        changes["labels"] = given
     if "loss_mask" in tensors:
         mask = torch.cat([tensors["loss_mask"][row, : int(lengths[row])] for row in rows])
         changes["columns"] = {**pack.columns, "loss_mask": mask}
