@@ -171,7 +171,7 @@ class ConfigBuilders:
 
         Example:
             >>> from packwise import PackingConfig
-            >>> PackingConfig(buffer_size=64).energon_settings()["dataset"]
+            >>> PackingConfig(buffer_size=64, overflow="error").energon_settings()["dataset"]
             {'packing_buffer_size': 64}
 
         Raises:

@@ -33,6 +33,11 @@ Rules (and why):
 15. ``emit.position_ids=False`` without ``consumer.varlen_only``: only a THD consumer (Megatron RoPE with
     ``PackedSeqParams``) rebuilds positions from ``cu_seqlens``; an HF model counts 0..T-1 over the whole
     pack, so every document after the first gets wrong positions.
+16. alignment (set or derived) > ``capacity``: no aligned sequence fits a pack.
+17. ``consumer.multi_token_prediction`` or ``topology.pp > 1`` with ``labels="hf"``: Megatron-only consumers
+    read shifted labels and ``loss_mask``.
+18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack`` are strict integers (``True``
+    and ``"8"`` are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
 
 Correct by construction (not refused): context parallelism with ``labels="hf"`` — the sharder shifts the
 labels within each document before the zigzag split (``shard_for_context_parallel``); multi-token
@@ -134,8 +139,9 @@ class PackingConfig(ConfigBuilders, _Frozen):
         layout: ``thd`` (one row) or ``padded`` (``[P, S]``) — read by :meth:`collator`.
         fixed_width: pad every pack to ``capacity`` (pipeline parallelism, CUDA graphs) — :meth:`assemble`,
             :meth:`stream`, :meth:`collator`.
-        emit: optional fields to emit — :meth:`collator`; ``labels``: ``hf`` (unshifted) or ``shifted``
-            (Megatron: shifted labels, ``loss_mask``, ``tokens``) — assembler, stream, collator, Energon.
+        emit: optional fields to emit — :meth:`collator`; ``labels``: the *output* convention, ``hf`` (unshifted)
+            or ``shifted`` (Megatron: shifted labels, ``loss_mask``, ``tokens``) — assembler, stream,
+            collator, loss, Energon. Input rows declare their own convention by their fields (docs/megatron.md).
         loss_reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` — :meth:`loss` (``packwise.loss``).
         buffer_size: streaming window in samples (None = offline, whole dataset) — :meth:`stream`, Energon.
         consumer: what the model needs (MRoPE -> :meth:`collator`; MTP -> rules and the collator's media

@@ -18,6 +18,7 @@ from packwise.assemble import (
     flatten_padded_batch,
     shard_for_context_parallel,
     to_packed_seq_params,
+    unshard_context_parallel,
 )
 
 X = -100
@@ -191,3 +192,20 @@ def test_model_copy_revalidates():
     with pytest.raises(ValueError, match="topology.pp=2 needs fixed_width=True"):
         PackingConfig(labels="shifted").model_copy(update={"topology": {"pp": 2}})
     assert PackingConfig().model_copy(update={"capacity": 64}).capacity == 64
+
+
+def test_unshard_names_the_missing_shard():
+    cfg = PackingConfig(capacity=16, topology={"cp": 4})
+    batch = cfg.collator()([cfg.assemble([{"input_ids": list(range(1, 9))}])])
+    shards = [cfg.shard(batch, cp_rank=r) for r in range(4)]
+    with pytest.raises(ValueError, match=r"got 3 shards of ranks \[0, 1, 2\] \(cp_size=4\); need the 4 shards"):
+        unshard_context_parallel(shards[:3])
+
+
+def test_stream_overflow_error_names_the_source_index():
+    for lengths, bad in (([10, 3, 2], 0), ([3, 2, 10], 2)):
+        stream = PackingConfig(capacity=4, buffer_size=3, overflow="error").stream(
+            [{"input_ids": list(range(n))} for n in lengths]
+        )
+        with pytest.raises(ValueError, match=rf"^sample {bad} has 10 tokens > capacity 4"):
+            list(stream)

@@ -25,7 +25,9 @@ def test_mixin_with_packing_config_emits_megatron_convention():
         input_ids: torch.Tensor
 
     class Encoder(PackwiseTaskEncoderMixin, TaskEncoder[TextSample, TokenSample, dict, dict]):
-        packing_config = PackingConfig(capacity=8, labels="shifted", fixed_width=True, alignment=2, buffer_size=16)
+        packing_config = PackingConfig(
+            capacity=8, labels="shifted", fixed_width=True, alignment=2, buffer_size=16, overflow="error"
+        )
 
     enc = Encoder()
     buffer = [

@@ -63,7 +63,9 @@ def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> t
         raise ValueError(
             f"segment {i} (tokens {int(cu[i])}..{int(cu[i + 1])}) has {int(lengths[i])} tokens, not divisible by "
             f"2*cp_size={2 * cp_size}; align every sequence and the pack length with "
-            f"packwise.plan.alignment_multiple(cp={cp_size}) (assemble_pack(alignment=..., pad_to=...))"
+            f"packwise.plan.alignment_multiple(cp={cp_size}) (assemble_pack(alignment=..., pad_to=...) or "
+            "PackingConfig(topology={'cp': ...}).assemble; a flatten_padded_batch pack is tight: pad each row's "
+            "length to that multiple before flattening)"
         )
     chunk = lengths // (2 * cp_size)
     starts = cu[:-1]
@@ -146,8 +148,13 @@ def unshard_context_parallel(shards: Sequence[dict]) -> dict:
     if not shards:
         raise ValueError("unshard_context_parallel needs the shards of every rank")
     cp_size = shards[0].get("cp_size")
-    if cp_size != len(shards) or [s.get("cp_rank") for s in shards] != list(range(len(shards))):
-        raise ValueError(f"need shards of ranks 0..{len(shards) - 1} in order, each with cp_size={len(shards)}")
+    ranks = [s.get("cp_rank") for s in shards]
+    if not isinstance(cp_size, int) or cp_size != len(shards) or ranks != list(range(len(shards))):
+        want = cp_size if isinstance(cp_size, int) and cp_size >= 1 else len(shards)
+        raise ValueError(
+            f"got {len(shards)} shards of ranks {ranks} (cp_size={cp_size!r}); need the {want} shards of ranks "
+            f"0..{want - 1} in rank order"
+        )
     cu = shards[0]["cu_seqlens_padded"]
     if any(not torch.equal(s["cu_seqlens_padded"], cu) for s in shards):
         raise ValueError("shards come from different batches (cu_seqlens_padded differ)")

@@ -139,8 +139,10 @@ def assemble_pack(
     """Concatenate sequences into one THD pack (the plan decided membership; this only executes it).
 
     Args:
-        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` (HF convention, or shifted —
-            see ``labels_shifted``) or ``loss_mask (L,)``; optional ``position_ids`` ``(L,)`` or MRoPE
+        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` and/or ``loss_mask (L,)``, whose
+            presence declares the row's convention: ``labels`` alone are HF labels (unshifted), ``labels`` +
+            ``loss_mask`` a Megatron row (``labels = text[1:]``, mask aligned with them), ``loss_mask`` alone a
+            mask on the predicted token (docs/megatron.md); optional ``position_ids`` ``(L,)`` or MRoPE
             ``(3, L)``; any other per-token column ``(L, ...)`` of any dtype. Non-array values (strings,
             numbers) go to ``metadata``. Tensors, numpy arrays or lists; the output lives on the device of
             the first sequence's tensors.
@@ -149,8 +151,9 @@ def assemble_pack(
         pad_token_id: ``input_ids`` value on padding.
         label_pad_id: ``labels`` value on padding and at boundaries.
         pad_values: padding value per extra column (default 0).
-        labels_shifted: labels already aligned with the prediction (Megatron: ``labels[t]`` is the target
-            of position ``t``); without labels the targets are the next tokens.
+        labels_shifted: the convention of the pack's labels (output): False — HF, ``labels[t]`` is token
+            ``t``; True — Megatron, ``labels[t]`` is the target of position ``t``. Rows are converted within
+            each sequence; a Megatron row's last target cannot become an HF label and is refused.
         position_offset: first position of every sequence (2 for RoBERTa-style models).
 
     Returns:
@@ -158,7 +161,8 @@ def assemble_pack(
 
     Raises:
         ValueError: an empty sequence, a column whose length differs from ``input_ids``, aligned total >
-            ``pad_to``, ``alignment < 1`` — naming the sequence index, column and numbers.
+            ``pad_to``, ``alignment < 1``, labels that look like the other convention, a Megatron target an
+            HF pack would lose — naming the sequence index, column and numbers.
         TypeError: a column that cannot become a tensor.
 
     Example:

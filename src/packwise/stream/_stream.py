@@ -211,8 +211,8 @@ class PackingStream(IterableDataset):
             raise TypeError(f"the source callable returned {type(src).__name__}, not an iterable")
         return src
 
-    def _windows(self, worker: int, workers: int, start_window: int) -> Iterator[tuple[int, int, list, bool]]:
-        """Yield ``(window, first sample position, samples, is_last)`` for this worker's windows."""
+    def _windows(self, worker: int, workers: int, start_window: int) -> Iterator[tuple[int, int | list[int], list, bool]]:
+        """Yield ``(window, first sample position or the samples' source indices, samples, is_last)``."""
         ss = np.random.SeedSequence([self.seed, self.epoch])
         src = self.source
         if hasattr(src, "__len__") and hasattr(src, "__getitem__") and not isinstance(src, (str, bytes, Mapping)):
@@ -229,7 +229,7 @@ class PackingStream(IterableDataset):
                         samples.append(src[i])
                     except Exception as e:  # report which sample failed; nothing of this window is emitted
                         raise StreamSourceError(w * self.buffer_size + j, e) from e
-                yield w, w * self.buffer_size, samples, w == n_windows - 1
+                yield w, idx, samples, w == n_windows - 1  # source indices: errors name the real sample (h16b)
             return
         phase = int(np.random.default_rng(ss).integers(self.buffer_size)) if self.shuffle else 0
         it = iter(self._source_iter())
@@ -252,25 +252,26 @@ class PackingStream(IterableDataset):
                 return
             window += 1
 
-    def _plan(self, window: int, base: int, samples: list[Mapping]) -> list[list[Mapping]]:
+    def _plan(self, window: int, base: int | list[int], samples: list[Mapping]) -> list[list[Mapping]]:
+        at = base.__getitem__ if isinstance(base, list) else base.__add__  # sample j's index in the source
         try:
             if self.length_fn is not None:
                 lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
             else:
                 lengths = np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples))
         except Exception:  # find and name the bad sample (a length_fn may raise anything)
-            lengths = np.asarray([self._length(s, base + j) for j, s in enumerate(samples)], dtype=np.int64)
+            lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
-            raise ValueError(f"sample {base + j} has {int(lengths[j])} tokens; every sample needs at least one")
+            raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")
         kept = samples
         if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
             kept, new_lengths = [], []
             for j, s in enumerate(samples):
-                for piece in self._overflow(s, base + j, int(lengths[j])):
+                for piece in self._overflow(s, at(j), int(lengths[j])):
                     kept.append(piece)
-                    new_lengths.append(self._length(piece, base + j))
+                    new_lengths.append(self._length(piece, at(j)))
             lengths = np.asarray(new_lengths, dtype=np.int64)
         if not kept:
             return []
