@@ -262,7 +262,10 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 f"{src} exceeds capacity={self.capacity}: no sequence fits a pack; raise capacity to a multiple of "
                 f"{a} or lower the topology"
             )
-        for key, on in (("consumer.multi_token_prediction=True", c.multi_token_prediction), (f"topology.pp={t.pp}", t.pp > 1)):
+        for key, on in (
+            ("consumer.multi_token_prediction=True", c.multi_token_prediction),
+            (f"topology.pp={t.pp}", t.pp > 1),
+        ):
             if on and self.labels == "hf":
                 raise ValueError(
                     f"{key} is a Megatron setting but labels='hf' (unshifted, for HF models): Megatron's "

@@ -189,7 +189,7 @@ def test_collator_overrides_a_configured_option():
 
 
 def test_model_copy_revalidates():
-    with pytest.raises(ValueError, match="topology.pp=2 needs fixed_width=True"):
+    with pytest.raises(ValueError, match=r"topology\.pp=2 needs fixed_width=True"):
         PackingConfig(labels="shifted").model_copy(update={"topology": {"pp": 2}})
     assert PackingConfig().model_copy(update={"capacity": 64}).capacity == 64
 

@@ -74,7 +74,10 @@ VARIANTS = {
     "loss_reduction": ({}, {"loss_reduction": "sum"}),
     "buffer_size": ({"buffer_size": 6}, {"buffer_size": 2}),
     "consumer.mrope": ({}, {"consumer": {"mrope": True}}),
-    "consumer.multi_token_prediction": ({"alignment": 2, "labels": "shifted"}, {"consumer": {"multi_token_prediction": True}}),
+    "consumer.multi_token_prediction": (
+        {"alignment": 2, "labels": "shifted"},
+        {"consumer": {"multi_token_prediction": True}},
+    ),
     "consumer.varlen_only": None,  # rule-only: test_rule_only_fields
     "topology.pp": None,  # rule-only: test_rule_only_fields
     "multimodal.min_pixels": ({}, {"multimodal": {"min_pixels": 28 * 28}}),

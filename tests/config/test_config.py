@@ -60,9 +60,12 @@ def test_valid_combinations_and_derived_alignment():
     assert PackingConfig(topology={"cp": 2, "fp8": True}).resolved_alignment == 16
     assert PackingConfig(emit={"position_ids": False}, consumer={"varlen_only": True}).emit.position_ids is False
     assert PackingConfig(topology={"cp": 2}, labels="hf").topology.cp == 2  # correct by construction, not refused
-    assert PackingConfig(
-        topology={"cp": 2}, consumer={"multi_token_prediction": True}, labels="shifted"
-    ).resolved_alignment == 4
+    assert (
+        PackingConfig(
+            topology={"cp": 2}, consumer={"multi_token_prediction": True}, labels="shifted"
+        ).resolved_alignment
+        == 4
+    )
     cfg = PackingConfig(topology={"pp": 2}, fixed_width=True, capacity=8192, labels="shifted")
     assert cfg.topology.pp == 2 and cfg.algorithm == "best_fit_decreasing"
     with pytest.raises(ValidationError):

@@ -47,10 +47,10 @@ def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
     if multi_token_prediction:
         cu = cu_padded
     elif int(cu[-1]) != int(cu_padded[-1]) and int(cu[-1]) != int(cu[-2]) and torch.equal(cu[:-1], cu_padded[:-1]):
-        # Only the last segment is padded, and it is a real document. Transformer Engine <= 2.17 then infers pad_between_seqs=False from
-        # cu_seqlens_q[:-1] == cu_seqlens_q_padded[:-1] and attends with the wrong layout under THD context
-        # parallelism (TransformerEngine #3331). A zero-length segment (as a fixed-width tail gives) tells
-        # TE that padding is there; it holds no token and changes no attention.
+        # Only the last segment is padded, and it is a real document. Transformer Engine <= 2.17 then infers
+        # pad_between_seqs=False from cu_seqlens_q[:-1] == cu_seqlens_q_padded[:-1] and attends with the wrong
+        # layout under THD context parallelism (TransformerEngine #3331). A zero-length segment (as a
+        # fixed-width tail gives) tells TE that padding is there; it holds no token and changes no attention.
         cu = torch.cat([cu, cu[-1:]])
         cu_padded = torch.cat([cu_padded, cu_padded[-1:]])
     fields = {

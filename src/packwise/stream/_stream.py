@@ -211,7 +211,9 @@ class PackingStream(IterableDataset):
             raise TypeError(f"the source callable returned {type(src).__name__}, not an iterable")
         return src
 
-    def _windows(self, worker: int, workers: int, start_window: int) -> Iterator[tuple[int, int | list[int], list, bool]]:
+    def _windows(
+        self, worker: int, workers: int, start_window: int
+    ) -> Iterator[tuple[int, int | list[int], list, bool]]:
         """Yield ``(window, first sample position or the samples' source indices, samples, is_last)``."""
         ss = np.random.SeedSequence([self.seed, self.epoch])
         src = self.source
