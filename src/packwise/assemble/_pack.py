@@ -277,6 +277,9 @@ def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bo
         hf = ids.clone() if ids is not None else torch.empty(int(lengths.sum()), dtype=torch.int64, device=cols.device)
         offset = 0
         for lab, mask, n in zip(cols.labels, cols.masks, cols.lengths):
+            if lab is None and mask is None:
+                offset += n
+                continue
             part = hf[offset : offset + n]
             if lab is not None and mask is not None:
                 part.fill_(pad)  # filled below from the Megatron labels
@@ -285,7 +288,7 @@ def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bo
             elif mask is not None:
                 part.masked_fill_(~mask.to(device=part.device, dtype=torch.bool), pad)
             offset += n
-    if ids is not None:
+    if ids is not None and any(lab is not None and not m for lab, m in zip(cols.labels, megatron)):
         _check_hf_rows(hf, ids, cols, starts, lengths, megatron, pad)
     last_targets = {}
     for i in (i for i in range(n_rows) if megatron[i]):
@@ -306,9 +309,14 @@ def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bo
             last_targets[start + n - 1] = int(lab[-1])
     ends = starts + lengths - 1
     if shifted:  # out[t] = hf[t+1] within each row; the last token of a row predicts nothing (or its own target)
-        out = torch.full_like(hf, pad)
-        out[:-1] = hf[1:]
-        out[_t(ends, out.device)] = pad
+        out = torch.empty_like(hf)
+        if hf.device.type == "cpu":
+            o = out.numpy()
+            o[:-1] = hf.numpy()[1:]
+            o[ends] = pad
+        else:
+            out[:-1] = hf[1:]
+            out[_t(ends, out.device)] = pad
         for pos, value in last_targets.items():
             out[pos] = value
         return out
@@ -321,7 +329,14 @@ def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bo
 
 def _check_hf_rows(hf, ids, cols, starts, lengths, megatron, pad) -> None:
     """Refuse ``labels``-only rows that look Megatron-shifted (``labels[t] == input_ids[t+1]``)."""
-    mismatch = (hf != pad) & (hf != ids)
+    if hf.device.type == "cpu":  # numpy: a few microseconds on the assemble hot path
+        h, t = hf.numpy(), ids.numpy()
+        m = (h != pad) & (h != t)
+        if not m.any():
+            return
+        mismatch = torch.from_numpy(m)
+    else:
+        mismatch = (hf != pad) & (hf != ids)
     if not bool(mismatch.any()):
         return  # every HF target is its own token: the common case, one vectorised test
     for i, lab in enumerate(cols.labels):
