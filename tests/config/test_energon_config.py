@@ -43,3 +43,29 @@ def test_mixin_with_packing_config_emits_megatron_convention():
     assert batch["tokens"][0, start : start + 8].tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
     assert batch["labels"][0, start : start + 8].tolist() == [1, 2, X, X, X, X, X, X]
     assert Encoder.packing_config.energon_settings()["dataset"] == {"packing_buffer_size": 16}
+
+
+def test_mixin_keeps_the_loss_mask_of_megatron_samples():
+    """Break-test bug 1: a sample with labels and loss_mask (Megatron GPTDataset/SFT) lost its loss_mask."""
+    from megatron.energon import Sample, TaskEncoder, TextSample
+
+    from packwise.integrations.energon import PackwiseTaskEncoderMixin
+
+    @dataclass
+    class MegatronSample(Sample):
+        input_ids: torch.Tensor
+        labels: torch.Tensor
+        loss_mask: torch.Tensor
+
+    class Encoder(PackwiseTaskEncoderMixin, TaskEncoder[TextSample, MegatronSample, dict, dict]):
+        packing_config = PackingConfig(capacity=8, labels="shifted", buffer_size=4, overflow="error")
+
+    enc = Encoder()
+    sample = MegatronSample(
+        __key__="0", __restore_key__=(), __subflavors__={}, input_ids=torch.tensor([1, 2, 3, 4]),
+        labels=torch.tensor([2, 3, 4, 5]), loss_mask=torch.tensor([0, 0, 1, 1]),
+    )  # fmt: skip
+    batch = enc.batch([enc.pack_selected_samples([sample])])
+    assert batch["labels"].tolist() == [[X, X, 4, 5]] and batch["loss_mask"].tolist() == [[0, 0, 1, 1]]
+    with pytest.raises(ValueError, match=r"buffer_size=None"):
+        PackingConfig(labels="shifted", overflow="error").energon_settings()
