@@ -209,3 +209,12 @@ def test_stream_overflow_error_names_the_source_index():
         )
         with pytest.raises(ValueError, match=rf"^sample {bad} has 10 tokens > capacity 4"):
             list(stream)
+
+
+def test_wrongly_shaped_loss_mask_and_flatten_then_cp_errors_name_the_fix():
+    batch = collate_packs([assemble_pack([{"input_ids": [1, 2, 3, 4]}])], labels="shifted")
+    with pytest.raises(ValueError, match=r"batch\['loss_mask'\] has shape \(1, 3\) but labels \(1, 4\)"):
+        PackingConfig(labels="shifted").loss()(torch.zeros(1, 4, 8), {**batch, "loss_mask": torch.ones(1, 3)})
+    fb = flatten_padded_batch({"input_ids": torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])}, lengths=[3, 4])
+    with pytest.raises(ValueError, match=r"a flatten_padded_batch pack is tight: pad each row's length"):
+        shard_for_context_parallel(collate_packs([fb]), cp_size=2, cp_rank=0)
