@@ -218,3 +218,15 @@ def test_wrongly_shaped_loss_mask_and_flatten_then_cp_errors_name_the_fix():
     fb = flatten_padded_batch({"input_ids": torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])}, lengths=[3, 4])
     with pytest.raises(ValueError, match=r"a flatten_padded_batch pack is tight: pad each row's length"):
         shard_for_context_parallel(collate_packs([fb]), cp_size=2, cp_rank=0)
+
+
+def test_plan_error_does_not_ask_for_the_overflow_already_set():
+    """Bug 8: plan_kwargs() has no overflow (plan_packs plans whole sequences); the error said to set it."""
+    from packwise.plan import plan_packs
+
+    cfg = PackingConfig(capacity=4, overflow="truncate")
+    assert "overflow" not in cfg.plan_kwargs()
+    with pytest.raises(
+        ValueError, match=r"sequence 0 has 10 tokens > capacity 4; truncate or split it before planning"
+    ):
+        plan_packs([10, 3], **cfg.plan_kwargs())
