@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packwise import PackingConfig
 from packwise.assemble import (
@@ -230,3 +232,48 @@ def test_plan_error_does_not_ask_for_the_overflow_already_set():
         ValueError, match=r"sequence 0 has 10 tokens > capacity 4; truncate or split it before planning"
     ):
         plan_packs([10, 3], **cfg.plan_kwargs())
+
+
+def _row(kind: str, text: list[int], keep: list[bool]) -> dict:
+    ids = text[:-1]
+    if kind == "hf":
+        return {"input_ids": ids, "labels": [t if k else X for t, k in zip(ids, keep)]}
+    if kind == "mask":
+        return {"input_ids": ids, "loss_mask": [int(k) for k in keep]}
+    if kind == "megatron":  # labels = text[1:], mask aligned; the last target masked so HF can hold it too
+        mask = [int(k) for k in keep[1:]] + [0]
+        return {"input_ids": ids, "labels": text[1:], "loss_mask": mask}
+    return {"input_ids": ids}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    docs=st.lists(
+        st.tuples(
+            st.sampled_from(["hf", "mask", "megatron", "ids"]),
+            st.lists(st.integers(1, 50), min_size=3, max_size=9),
+            st.lists(st.booleans(), min_size=9, max_size=9),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    align=st.sampled_from([1, 4]),
+)
+def test_every_row_kind_trains_the_same_targets_in_both_output_conventions(docs, align):
+    """Invariant: one row, one set of (position, target) pairs, whatever the output convention."""
+    rows = [_row(kind, text, keep[: len(text) - 1]) for kind, text, keep in docs]
+    hf_pack, shifted_pack = (
+        assemble_pack(rows, alignment=align),
+        assemble_pack(rows, alignment=align, labels_shifted=True),
+    )
+    for out in ("hf", "shifted"):
+        a = collate_packs([hf_pack], labels=out)["labels"]
+        b = collate_packs([shifted_pack], labels=out)["labels"]
+        assert torch.equal(a, b)
+    hf = collate_packs([hf_pack], labels="hf")["labels"][0]
+    expected = []  # every kind: token t is a target iff keep[t] (all for "ids"), never a document's first
+    for kind, text, keep in docs:
+        ids = text[:-1]
+        expected += [X] + [t if (k or kind == "ids") else X for t, k in zip(ids[1:], keep[1 : len(ids)])]
+    assert hf[~hf_pack.padding_mask].tolist() == expected
+    assert bool((hf[hf_pack.padding_mask] == X).all())
