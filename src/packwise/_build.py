@@ -93,7 +93,8 @@ class ConfigBuilders:
                 shift labels themselves), ``layout="padded"`` or ``fixed_width`` (the HF collator emits one
                 tight THD row), an ``emit`` field turned off (it always emits them), ``loss_reduction`` other
                 than ``token_mean`` (the Trainer's loss), ``consumer.multi_token_prediction`` (Megatron-only).
-                MRoPE follows the data (``consumer.mrope`` is not needed).
+                ``consumer.mrope=True`` gives text-only batches MRoPE positions too (Qwen-VL's packed
+                ``[4, 1, T]``, four equal rows), as the data's MRoPE batches have.
         """
         why = {
             "labels": (self.labels == "shifted", "HF models shift the labels themselves"),
@@ -114,7 +115,8 @@ class ConfigBuilders:
                 )
         from .integrations.hf import PackedDataCollator
 
-        return PackedDataCollator(alignment=self.resolved_alignment, **overrides)
+        collator = PackedDataCollator(alignment=self.resolved_alignment, **overrides)
+        return _MRoPEDataCollator(collator) if self.consumer.mrope else collator
 
     def stream(self, source, **overrides):
         """A :class:`packwise.stream.PackingStream` over ``source`` (``buffer_size`` samples a window).
@@ -197,3 +199,21 @@ class ConfigBuilders:
             "collate": self.collate_kwargs(),
             "dataset": {"packing_buffer_size": self.buffer_size},
         }
+
+
+class _MRoPEDataCollator:
+    """The HF data collator with ``consumer.mrope=True``: a text-only batch's ``position_ids [1, T]`` become
+    Qwen-VL's packed MRoPE form ``[4, 1, T]`` (row 0 the text positions, rows 1-3 the same for text)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        pos = batch["position_ids"]
+        if pos.dim() == 2:
+            batch["position_ids"] = pos.unsqueeze(0).expand(4, -1, -1).contiguous()
+        return batch

@@ -277,3 +277,11 @@ def test_every_row_kind_trains_the_same_targets_in_both_output_conventions(docs,
         expected += [X] + [t if (k or kind == "ids") else X for t, k in zip(ids[1:], keep[1 : len(ids)])]
     assert hf[~hf_pack.padding_mask].tolist() == expected
     assert bool((hf[hf_pack.padding_mask] == X).all())
+
+
+def test_data_collator_honours_consumer_mrope_for_text_only_batches():
+    """Bug 9: consumer.mrope was validated and then ignored by the HF collator."""
+    rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
+    assert PackingConfig().data_collator()(rows)["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    pos = PackingConfig(consumer={"mrope": True}).data_collator()(rows)["position_ids"]
+    assert pos.shape == (4, 1, 5) and pos.tolist() == [[[0, 1, 2, 0, 1]]] * 4
