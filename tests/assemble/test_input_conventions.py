@@ -101,6 +101,7 @@ def test_flattened_megatron_batch_to_hf_collator_is_refused_or_exact():
     assert PackingConfig().data_collator()([fb2])["labels"].tolist() == [[X, X, 3, 4]]
     shifted = PackingConfig(labels="shifted").collator()([fb2])
     assert shifted["labels"].tolist() == [[X, 3, 4, X]] and shifted["loss_mask"].tolist() == [[0, 1, 1, 0]]
+    assert shifted["loss_mask"].dtype == torch.float32  # Megatron's float mask, whatever dtype the shard had
 
 
 def test_packed_seq_params_of_a_fixed_width_pack_include_the_tail():

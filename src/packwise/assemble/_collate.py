@@ -186,8 +186,7 @@ def collate_packs(
     ids = batch.pop("input_ids") if has_ids.pop() else None
     if shifted:  # Megatron-LM's names: tokens, labels, loss_mask (float, 1 = target)
         batch["tokens"] = ids
-        if "loss_mask" not in batch:
-            batch["loss_mask"] = (batch["labels"] != IGNORE_INDEX).float()
+        batch["loss_mask"] = (batch["labels"] != IGNORE_INDEX).float()  # float32, 1 exactly where a target is
     elif ids is not None:
         batch["input_ids"] = ids
     for name in EMIT:
