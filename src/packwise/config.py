@@ -22,6 +22,30 @@ Rules (and why):
    final pack count in advance.
 10. ``layout="padded"`` with ``consumer.varlen_only``: varlen kernels (flash-attn varlen, TE THD) take one
     THD row, not ``[P, S]`` rows.
+11. (removed: ``consumer.multi_token_prediction`` with ``alignment > 1`` is correct by construction —
+    :meth:`packed_seq_params` gives MTP's ``roll_tensor`` the physical boundaries; see below.)
+12. ``consumer.multi_token_prediction`` with ``consumer.mrope`` (multimodal): MTP layers embed the rolled
+    token ids and never see the spliced image embeddings (upstream Megatron-LM lacks that path, #7253).
+13. ``topology.cp > 1`` with ``loss_reduction="sequence_mean"``: each CP rank holds part of every document
+    and cannot form a document's mean; the ranks' means do not sum to the unsharded loss.
+14. ``topology.cp > 1`` with ``layout="padded"``: the zigzag split and Transformer Engine's THD context
+    parallelism take one THD row.
+15. ``emit.position_ids=False`` without ``consumer.varlen_only``: only a THD consumer (Megatron RoPE with
+    ``PackedSeqParams``) rebuilds positions from ``cu_seqlens``; an HF model counts 0..T-1 over the whole
+    pack, so every document after the first gets wrong positions.
+16. alignment (set or derived) > ``capacity``: no aligned sequence fits a pack.
+17. ``consumer.multi_token_prediction`` or ``topology.pp > 1`` with ``labels="hf"``: Megatron-only consumers
+    read shifted labels and ``loss_mask``.
+18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack`` are strict integers (``True``
+    and ``"8"`` are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
+
+Correct by construction (not refused): context parallelism with ``labels="hf"`` — the sharder shifts the
+labels within each document before the zigzag split (``shard_for_context_parallel``); multi-token
+prediction with ``alignment > 1`` — ``cfg.packed_seq_params(batch)`` sets ``cu_seqlens_q/kv`` to the
+physical boundaries, so Megatron's ``roll_tensor`` rolls each document inside its padded segment (with the
+real boundaries it mixes documents: measured in tests/megatron).
+The components are built from the config: ``cfg.collator()``, ``cfg.stream(source)``, ``cfg.loss()``, ...
+(see :class:`packwise._build.ConfigBuilders`).
 
 Example:
     >>> cfg = PackingConfig(capacity=8192, topology={"tp": 4, "cp": 2, "sequence_parallel": True})
@@ -42,6 +66,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._build import ConfigBuilders
 from .plan import alignment_multiple
 from .plan._api import ALGORITHM_OPTIONS, MAX_CAPACITY, check_algorithm_options, resolve_algorithm
 
@@ -64,9 +89,9 @@ class _Frozen(BaseModel):
 class Topology(_Frozen):
     """Parallelism of the consumer: tensor, context and pipeline parallel sizes, sequence parallel, FP8."""
 
-    tp: int = Field(1, ge=1)
-    cp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, strict=True)
+    cp: int = Field(1, ge=1, strict=True)
+    pp: int = Field(1, ge=1, strict=True)
     sequence_parallel: bool = False
     fp8: bool = False
 
@@ -102,7 +127,7 @@ class Multimodal(_Frozen):
         return self
 
 
-class PackingConfig(_Frozen):
+class PackingConfig(ConfigBuilders, _Frozen):
     """Every packwise pipeline option, validated at construction (see the module docstring for the rules).
 
     Attributes:
@@ -111,12 +136,20 @@ class PackingConfig(_Frozen):
         overflow: ``truncate`` | ``split`` | ``drop`` | ``error``.
         topology: parallel sizes (a dict is accepted).
         alignment: per-sequence alignment in tokens; None = derived from the topology.
-        layout: ``thd`` (one row) or ``padded`` (``[P, S]``).
-        fixed_width: pad every pack to ``capacity`` (pipeline parallelism, CUDA graphs).
-        emit: optional fields to emit; ``labels``: ``hf`` (unshifted) or ``shifted`` (Megatron).
-        loss_reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` (see ``packwise.loss``).
-        buffer_size: streaming window in samples (None = offline, whole dataset).
-        consumer: what the model needs; ``multimodal``: image sizing.
+        layout: ``thd`` (one row) or ``padded`` (``[P, S]``) — read by :meth:`collator`.
+        fixed_width: pad every pack to ``capacity`` (pipeline parallelism, CUDA graphs) — :meth:`assemble`,
+            :meth:`stream`, :meth:`collator`.
+        emit: optional fields to emit — :meth:`collator`; ``labels``: the *output* convention, ``hf`` (unshifted)
+            or ``shifted`` (Megatron: shifted labels, ``loss_mask``, ``tokens``) — assembler, stream,
+            collator, loss, Energon. Input rows declare their own convention by their fields (docs/megatron.md).
+        loss_reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` — :meth:`loss` (``packwise.loss``).
+        buffer_size: streaming window in samples (None = offline, whole dataset) — :meth:`stream`, Energon.
+        consumer: what the model needs (MRoPE -> :meth:`collator`; MTP -> rules and the collator's media
+            guard; ``varlen_only`` -> rules); ``multimodal``: image sizing (offline pipeline).
+
+    Builders (see :class:`packwise._build.ConfigBuilders`): ``plan_kwargs``, ``assemble_kwargs``,
+    ``collate_kwargs``, ``pipeline_kwargs``, ``assemble``, ``collator``, ``data_collator``, ``stream``,
+    ``loader``, ``loss``, ``shard``, ``packed_seq_params``, ``energon_settings``.
         tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
         skip_bad_rows: as in ``packwise pack``.
     """
@@ -126,20 +159,20 @@ class PackingConfig(_Frozen):
     algorithm_options: dict[str, Any] = Field(default_factory=dict)
     overflow: Literal["truncate", "split", "drop", "error"] = "truncate"
     topology: Topology = Field(default_factory=Topology)
-    alignment: int | None = Field(None, ge=1)
+    alignment: int | None = Field(None, ge=1, strict=True)
     layout: Literal["thd", "padded"] = "thd"
     fixed_width: bool = False
     emit: Emit = Field(default_factory=Emit)
     labels: Literal["hf", "shifted"] = "hf"
     loss_reduction: Literal["token_mean", "sequence_mean", "sum"] = "token_mean"
-    buffer_size: int | None = Field(None, ge=1)
+    buffer_size: int | None = Field(None, ge=1, strict=True)
     consumer: Consumer = Field(default_factory=Consumer)
     multimodal: Multimodal = Field(default_factory=Multimodal)
     tokenizer: str | None = None
     chat_template: str | None = None
     loss_on: Literal["assistant", "all"] = "assistant"
     seed: int | None = None
-    max_sequences_per_pack: int | None = None
+    max_sequences_per_pack: int | None = Field(None, strict=True)
     min_packs: int | None = Field(None, ge=0)
     pack_count_multiple: int | None = Field(None, ge=1)
     skip_bad_rows: bool = False
@@ -218,7 +251,61 @@ class PackingConfig(_Frozen):
                 "layout='padded' cannot feed consumer.varlen_only=True: varlen kernels take one THD row; "
                 "set layout: thd"
             )
+        self._megatron_rules(t, c)
         return self
+
+    def _megatron_rules(self, t: Topology, c: Consumer) -> None:
+        a = self.resolved_alignment
+        if a > self.capacity:
+            src = f"alignment={a}" if self.alignment is not None else f"alignment={a} (derived from topology)"
+            raise ValueError(
+                f"{src} exceeds capacity={self.capacity}: no sequence fits a pack; raise capacity to a multiple of "
+                f"{a} or lower the topology"
+            )
+        for key, on in (
+            ("consumer.multi_token_prediction=True", c.multi_token_prediction),
+            (f"topology.pp={t.pp}", t.pp > 1),
+        ):
+            if on and self.labels == "hf":
+                raise ValueError(
+                    f"{key} is a Megatron setting but labels='hf' (unshifted, for HF models): Megatron's "
+                    "GPTModel and pipeline stages read shifted labels and loss_mask; set labels: shifted"
+                )
+        if c.multi_token_prediction and c.mrope:
+            raise ValueError(
+                "consumer.multi_token_prediction=True cannot be combined with consumer.mrope=True (multimodal): "
+                "MTP layers embed token ids, not the image embeddings (Megatron-LM #7253); turn one off"
+            )
+        if t.cp > 1 and self.loss_reduction == "sequence_mean":
+            raise ValueError(
+                f"topology.cp={t.cp} cannot be combined with loss_reduction='sequence_mean': a CP rank holds part of "
+                "every document and cannot form its mean; use loss_reduction: token_mean"
+            )
+        if t.cp > 1 and self.layout == "padded":
+            raise ValueError(
+                f"topology.cp={t.cp} needs layout='thd' (got layout='padded'): context parallelism splits one THD "
+                "row; set layout: thd"
+            )
+        if not self.emit.position_ids and not c.varlen_only:
+            raise ValueError(
+                "emit.position_ids=False needs consumer.varlen_only=True (got False): only a THD consumer "
+                "rebuilds positions from cu_seqlens; an HF model counts positions over the whole pack"
+            )
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> PackingConfig:
+        """A copy with ``update`` applied, validated like a new config (pydantic's ``model_copy`` skips every
+        rule; nested sections may be given as dicts, merged into the current ones).
+
+        Example:
+            >>> PackingConfig(capacity=64).model_copy(update={"topology": {"cp": 2}}).resolved_alignment
+            4
+        """
+        data = self.model_dump()
+        for key, value in (update or {}).items():
+            if isinstance(value, BaseModel):
+                value = value.model_dump()
+            data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
+        return type(self).model_validate(data)
 
     # -- loading and showing ----------------------------------------------------------------------------
     @classmethod

@@ -108,3 +108,76 @@ def packed_cross_entropy(
     per_doc = sums[has] / counts[has]
     denom = has.sum().clamp(min=1) if num_items is None else num_items
     return per_doc.sum() / denom
+
+
+class PackedLoss:
+    """:func:`packed_cross_entropy` that reads its labels and their convention from the batch.
+
+    ``PackingConfig.loss()`` builds it, so the reduction and the label convention come from the config and
+    the batch, never from a flag the caller must remember (a CP shard of an HF batch carries shifted labels).
+
+    Args:
+        reduction: ``token_mean`` | ``sequence_mean`` | ``sum`` (``PackingConfig.loss_reduction``).
+        cp_size: context-parallel ranks (``PackingConfig.topology.cp``). With ``cp_size > 1`` a
+            ``token_mean`` needs the global ``num_items`` (each rank holds part of every document) and
+            ``sequence_mean`` is refused (a rank cannot know a document's mean). A batch that records its
+            own ``cp_size`` (``shard_for_context_parallel``) must agree.
+        labels: the label convention of batches without a ``labels_shifted`` key (``PackingConfig.labels``);
+            a batch's ``labels_shifted`` (collate, CP shards of HF batches) is authoritative.
+
+    Call ``loss(logits, batch, num_items=None)``: ``logits`` ``(1, T, V)`` / ``(P, S, V)`` for the batch's
+    ``labels``; ``batch`` from ``collate_packs`` / ``PackCollator`` / ``shard_for_context_parallel`` (reads
+    ``labels``, ``labels_shifted``, an optional ``loss_mask`` — 0 removes a target — and ``cu_seq_lens_q``).
+
+    Raises:
+        ValueError: an unknown reduction, or (at call) ``cp_size > 1`` without ``num_items`` /
+            with ``sequence_mean``, and everything :func:`packed_cross_entropy` raises.
+
+    Example:
+        >>> from packwise.assemble import assemble_pack, collate_packs
+        >>> batch = collate_packs([assemble_pack([{"input_ids": [1, 2, 0]}])], labels="shifted")
+        >>> float(PackedLoss(reduction="sum")(torch.zeros(1, 3, 3), batch)) == 2 * float(torch.log(torch.tensor(3.0)))
+        True
+    """
+
+    def __init__(self, *, reduction: Reduction = "token_mean", cp_size: int = 1, labels: str = "hf") -> None:
+        if reduction not in ("token_mean", "sequence_mean", "sum"):
+            raise ValueError(f"unknown reduction {reduction!r}; use token_mean, sequence_mean or sum")
+        if labels not in ("hf", "shifted"):
+            raise ValueError(f"labels={labels!r}; use 'hf' (unshifted, HF Transformers) or 'shifted' (Megatron)")
+        self.reduction, self.cp_size, self.labels = reduction, cp_size, labels
+
+    def __repr__(self) -> str:
+        return f"PackedLoss(reduction={self.reduction!r}, cp_size={self.cp_size}, labels={self.labels!r})"
+
+    def __call__(self, logits: torch.Tensor, batch, *, num_items: int | torch.Tensor | None = None) -> torch.Tensor:
+        batch_cp = batch.get("cp_size")
+        if batch_cp is not None and int(batch_cp) != self.cp_size:
+            raise ValueError(
+                f"the batch is a context-parallel shard of cp_size={int(batch_cp)} but the loss was built with "
+                f"cp_size={self.cp_size}; build both from one PackingConfig (topology.cp={int(batch_cp)})"
+            )
+        if self.cp_size > 1 and self.reduction == "sequence_mean":
+            raise ValueError(
+                f"loss_reduction='sequence_mean' with topology.cp={self.cp_size}: each rank holds part of every "
+                "document and cannot form its mean; use token_mean with the global num_items"
+            )
+        if self.cp_size > 1 and self.reduction == "token_mean" and num_items is None:
+            raise ValueError(
+                f"loss_reduction='token_mean' with topology.cp={self.cp_size} needs num_items: the global count "
+                "of targets (all-reduced over CP and DP ranks); a rank's local count weights ranks unequally"
+            )
+        labels = batch["labels"]
+        mask = batch.get("loss_mask")
+        if isinstance(mask, torch.Tensor):
+            if mask.numel() != labels.numel():
+                raise ValueError(
+                    f"batch['loss_mask'] has shape {tuple(mask.shape)} but labels {tuple(labels.shape)}; give one "
+                    "0/1 value per label"
+                )
+            labels = labels.masked_fill(mask.reshape(labels.shape) == 0, IGNORE_INDEX)
+        cu = batch.get("cu_seq_lens_q") if self.reduction == "sequence_mean" else None
+        return packed_cross_entropy(
+            logits, labels, reduction=self.reduction, cu_seqlens=cu, num_items=num_items,
+            labels_shifted=bool(batch.get("labels_shifted", self.labels == "shifted")),
+        )  # fmt: skip

@@ -9,7 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packwise.assemble import assemble_pack, collate_packs, shard_for_context_parallel, unshard_context_parallel
+from packwise.assemble import (
+    assemble_pack,
+    collate_packs,
+    shard_for_context_parallel,
+    shift_labels,
+    unshard_context_parallel,
+)
 
 X = -100
 
@@ -149,6 +155,9 @@ def test_cp_shard_unshard_identity(packs, cp):
     shards = [shard_for_context_parallel(batch, cp_size=cp, cp_rank=r) for r in range(cp)]
     assert all(s["input_ids"].shape[1] == batch["input_ids"].shape[1] // cp for s in shards)
     back = unshard_context_parallel(shards)
+    if cp > 1:  # HF labels are shifted within each document before the split (an HF loss cannot shift a shard)
+        assert back["labels_shifted"] and torch.equal(back["shift_labels"], back["labels"])
+        batch = {**batch, "labels": shift_labels(batch["labels"], batch["seq_idx"])}
     for k, v in batch.items():
         if isinstance(v, torch.Tensor):
             assert torch.equal(back[k], v), k

@@ -24,8 +24,9 @@ def test_shifted_labels_mask_the_last_target():
     # sequence would predict the next document's first token.
     p = assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}], labels_shifted=True)
     assert p.labels.tolist() == [2, 3, X, 5, 6, X]
-    q = assemble_pack([{"input_ids": [1, 2, 3], "labels": [2, 3, 9]}], labels_shifted=True)
-    assert q.labels.tolist() == [2, 3, X]
+    # a Megatron row (labels = text[1:] with its loss_mask) keeps every given target, the last one too
+    q = assemble_pack([{"input_ids": [1, 2, 3], "labels": [2, 3, 9], "loss_mask": [1, 1, 1]}], labels_shifted=True)
+    assert q.labels.tolist() == [2, 3, 9]
 
 
 def test_loss_mask_becomes_labels():

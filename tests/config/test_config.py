@@ -36,6 +36,13 @@ RULES = [
     ({"min_packs": 8, "buffer_size": 1000}, ["min_packs=8", "buffer_size=1000"]),
     ({"pack_count_multiple": 8, "buffer_size": 1000}, ["pack_count_multiple=8", "buffer_size=1000"]),
     ({"layout": "padded", "consumer": {"varlen_only": True}}, ["layout='padded'", "consumer.varlen_only=True"]),
+    (
+        {"consumer": {"multi_token_prediction": True, "mrope": True}, "labels": "shifted"},
+        ["consumer.multi_token_prediction=True", "consumer.mrope=True"],
+    ),
+    ({"topology": {"cp": 2}, "loss_reduction": "sequence_mean"}, ["topology.cp=2", "loss_reduction='sequence_mean'"]),
+    ({"topology": {"cp": 2}, "layout": "padded"}, ["topology.cp=2", "layout='padded'"]),
+    ({"emit": {"position_ids": False}}, ["emit.position_ids=False", "consumer.varlen_only"]),
 ]
 
 
@@ -51,7 +58,15 @@ def test_valid_combinations_and_derived_alignment():
     assert PackingConfig().resolved_alignment == 1
     assert PackingConfig(topology={"tp": 4, "cp": 4, "sequence_parallel": True}).resolved_alignment == 16
     assert PackingConfig(topology={"cp": 2, "fp8": True}).resolved_alignment == 16
-    cfg = PackingConfig(topology={"pp": 2}, fixed_width=True, capacity=8192)
+    assert PackingConfig(emit={"position_ids": False}, consumer={"varlen_only": True}).emit.position_ids is False
+    assert PackingConfig(topology={"cp": 2}, labels="hf").topology.cp == 2  # correct by construction, not refused
+    assert (
+        PackingConfig(
+            topology={"cp": 2}, consumer={"multi_token_prediction": True}, labels="shifted"
+        ).resolved_alignment
+        == 4
+    )
+    cfg = PackingConfig(topology={"pp": 2}, fixed_width=True, capacity=8192, labels="shifted")
     assert cfg.topology.pp == 2 and cfg.algorithm == "best_fit_decreasing"
     with pytest.raises(ValidationError):
         cfg.capacity = 1  # frozen

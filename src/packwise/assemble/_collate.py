@@ -11,16 +11,20 @@ Segments: every real sequence is a segment; a pack's tail padding (and the batch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
+from ._labels import Labels, check_labels, shift_labels, unshift_labels
 from ._pack import PackedSequence
 
 Layout = Literal["thd", "padded"]
+#: Optional per-token fields ``collate_packs(emit=...)`` can leave out (``PackingConfig.emit``).
+EMIT = ("position_ids", "padding_mask", "seq_idx")
 #: Batch keys that are not per-token tensors.
 NON_TOKEN_KEYS = frozenset(
     {
@@ -46,6 +50,7 @@ NON_TOKEN_KEYS = frozenset(
         "feature_attention_mask",
         "cp_size",
         "cp_rank",
+        "labels_shifted",
     }
 )
 
@@ -84,6 +89,10 @@ def collate_packs(
     pad_to_multiple_of: int = 1,
     pad_values: Mapping[str, float] | None = None,
     pad_token_id: int = 0,
+    labels: Labels | None = None,
+    pack_width: int | None = None,
+    emit: Collection[str] = EMIT,
+    mrope: bool | None = None,
 ) -> dict:
     """Batch packs for training.
 
@@ -93,6 +102,16 @@ def collate_packs(
         pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this.
         pad_values: pad value per extra column for packs that lack it and for batch padding (default 0).
         pad_token_id: ``input_ids`` value on batch padding.
+        labels: the label convention of the batch: ``"hf"`` (unshifted; HF Transformers), ``"shifted"``
+            (Megatron: ``labels[t]`` is the target of position ``t``; the batch then carries ``tokens``
+            instead of ``input_ids`` — None on label-only pipeline stages — and a float32 ``loss_mask``), or
+            None to keep the packs' own convention. Packs are converted within each document, never across
+            (see ``packwise.assemble.shift_labels``).
+        pack_width: pad every pack with tail padding to exactly this many tokens (fixed-width packs for
+            pipeline parallelism and CUDA graphs; ``PackingConfig.fixed_width``), or None.
+        emit: which of ``position_ids``, ``padding_mask``, ``seq_idx`` to emit (``PackingConfig.emit``).
+        mrope: force 3-row MRoPE position ids (True; text-only packs get three identical rows), refuse them
+            (False), or follow the packs (None).
 
     Returns:
         A dict. Tensors: ``input_ids``, ``labels``, ``seq_idx`` (int32), ``padding_mask`` (bool) and extra
@@ -104,12 +123,15 @@ def collate_packs(
         flash-attention reads); ``num_sequences`` ``[P]`` int32; ``cu_pack_tokens`` ``(P+1,)`` int32 token
         offset of each pack in the flattened batch. Python ints: ``max_length_q/k`` (longest physical
         segment), ``max_seqlen`` (longest real sequence), ``max_seqlen_padded``, ``total_tokens``.
-        ``layout`` (str). ``metadata``: a dict of per-pack lists of per-sequence values (non-tensor data
-        stays a list). Media (``pixel_values``, ``image_grid_thw``, ...) concatenated in pack order.
+        ``layout`` (str), ``labels_shifted`` (bool: the convention of ``labels``). ``metadata``: a dict
+        of per-pack lists of per-sequence values (non-tensor data stays a list). Media (``pixel_values``,
+        ``image_grid_thw``, ...) concatenated in pack order.
 
     Raises:
         ValueError: no packs, a column whose per-token shape differs between packs, input_ids in some
-            packs only, an unknown layout, ``pad_to_multiple_of < 1``.
+            packs only, an unknown layout, ``pad_to_multiple_of < 1``, an unknown ``labels`` or ``emit``
+            name, packs of mixed label conventions with ``labels=None``, a pack longer than ``pack_width``,
+            MRoPE packs with ``mrope=False``.
 
     Example:
         >>> from packwise.assemble import assemble_pack
@@ -140,10 +162,28 @@ def collate_packs(
     has_ids = {p.input_ids is not None for p in packs}
     if len(has_ids) > 1:
         raise ValueError("input_ids present in some packs but not others")
+    unknown = sorted(set(emit) - set(EMIT))
+    if unknown:
+        raise ValueError(f"emit names {unknown}; collate_packs can leave out only {list(EMIT)}")
+    if labels is None:
+        conventions = {p.labels_shifted for p in packs}
+        if len(conventions) > 1:
+            raise ValueError(
+                "packs mix label conventions (some assembled with labels_shifted=True, some without); "
+                "pass labels='hf' or labels='shifted' to convert them"
+            )
+        shifted = conventions.pop()
+    else:
+        shifted = check_labels(labels) == "shifted"
     pad_values = dict(pad_values or {})
+    if pack_width is not None:
+        packs = [_widen(p, pack_width, i, pad_token_id, pad_values) for i, p in enumerate(packs)]
     specs = _column_specs(packs)
-    mrope = any(p.position_ids.dim() == 2 for p in packs)
-    rows = [_row(p, specs, mrope, pad_values) for p in packs]
+    has_mrope = any(p.position_ids.dim() == 2 for p in packs)
+    if mrope is False and has_mrope:
+        raise ValueError("packs carry MRoPE position ids (3, T) but mrope=False (consumer.mrope); set mrope=True")
+    mrope = has_mrope or bool(mrope)
+    rows = [_row(p, specs, mrope, pad_values, shifted, i) for i, p in enumerate(packs)]
     meta_keys = sorted({k for p in packs for k in p.metadata})
     metadata = {k: [p.metadata.get(k, [None] * p.num_sequences) for p in packs] for k in meta_keys}
     pad_id = {"input_ids": pad_token_id, "labels": IGNORE_INDEX, "padding_mask": True, **pad_values}
@@ -151,8 +191,16 @@ def collate_packs(
         batch = _thd(packs, rows, mrope, pad_to_multiple_of, pad_id)
     else:
         batch = _padded(packs, rows, mrope, pad_to_multiple_of, pad_id)
-    if not has_ids.pop():
-        del batch["input_ids"]
+    ids = batch.pop("input_ids") if has_ids.pop() else None
+    if shifted:  # Megatron-LM's names: tokens, labels, loss_mask (float, 1 = target)
+        batch["tokens"] = ids
+        batch["loss_mask"] = (batch["labels"] != IGNORE_INDEX).float()  # float32, 1 exactly where a target is
+    elif ids is not None:
+        batch["input_ids"] = ids
+    for name in EMIT:
+        if name not in emit:
+            del batch[name]
+    batch["labels_shifted"] = shifted
     batch.update(_media(packs))
     if metadata:
         batch["metadata"] = metadata
@@ -171,10 +219,69 @@ def _media(packs: Sequence[PackedSequence]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _row(p: PackedSequence, specs, mrope: bool, pad_values) -> dict[str, torch.Tensor]:
+def _widen(p: PackedSequence, width: int, index: int, pad_token_id: int, pad_values) -> PackedSequence:
+    """``p`` with tail padding up to ``width`` tokens (a tail it already has is extended)."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"pack_width must be an integer >= 1, got {width!r}")
+    extra = width - p.total_tokens
+    if extra < 0:
+        raise ValueError(
+            f"pack {index} holds {p.total_tokens} tokens > pack_width={width}; plan with capacity <= {width}"
+        )
+    if extra == 0:
+        return p
+    start = int(p.position_ids[..., -1].max()) + 1 if p.tail else 0
+
+    def pad(t: torch.Tensor, fill) -> torch.Tensor:
+        return torch.cat([t, torch.full((extra, *t.shape[1:]), fill, dtype=t.dtype, device=t.device)])
+
+    tail = _tail_positions(start, extra, p.position_ids.dim() == 2).to(p.position_ids.device)
+    return dataclasses.replace(
+        p,
+        input_ids=pad(p.input_ids, pad_token_id) if p.input_ids is not None else None,
+        labels=pad(p.labels, IGNORE_INDEX),
+        position_ids=torch.cat([p.position_ids, tail], dim=-1),
+        seq_idx=pad(p.seq_idx, p.num_sequences),
+        padding_mask=pad(p.padding_mask, True),
+        total_tokens=width,
+        columns={k: pad(v, pad_values.get(k, 0)) for k, v in p.columns.items()},
+        _segments=None,
+    )
+
+
+def _convert(p: PackedSequence, t: torch.Tensor, shifted: bool, fill, index: int = 0) -> torch.Tensor:
+    if p.labels_shifted == shifted:
+        return t
+    if not shifted:  # shifted -> HF: the last target of a segment has no HF slot; refuse rather than lose it
+        seg = p.seq_idx.long()
+        last = torch.ones_like(seg, dtype=torch.bool)
+        last[:-1] = seg[1:] != seg[:-1]
+        lost = last & (t != fill)
+        if bool(lost.any()):
+            pos = int(torch.nonzero(lost)[0])
+            raise ValueError(
+                f"pack {index}: Megatron-shifted label {int(t[pos])} at token {pos} is the target of the last token "
+                "of its sequence (the token after it); HF labels have no slot for it and converting would lose it. "
+                "Collate with labels='shifted' (Megatron consumers), or assemble with alignment > 1 (the padding "
+                "slot carries it)"
+            )
+    fn = shift_labels if shifted else unshift_labels
+    return fn(t.long(), p.seq_idx.long(), ignore_index=fill).to(t.dtype)
+
+
+def _row(p: PackedSequence, specs, mrope: bool, pad_values, shifted: bool, index: int = 0) -> dict[str, torch.Tensor]:
+    labels = p.labels
+    mask = p.columns.get("loss_mask")
+    if mask is not None:  # a packed loss_mask (flatten_padded_batch) removes targets in every convention
+        if mask.shape != labels.shape:
+            raise ValueError(
+                f"pack {index}: loss_mask has shape {tuple(mask.shape)} but labels {tuple(labels.shape)}; "
+                "give one 0/1 value per token"
+            )
+        labels = labels.masked_fill(mask == 0, IGNORE_INDEX)
     row = {
         "input_ids": p.input_ids if p.input_ids is not None else torch.zeros(p.total_tokens, dtype=torch.int64),
-        "labels": p.labels,
+        "labels": _convert(p, labels, shifted, IGNORE_INDEX, index),
         "position_ids": p.position_ids.expand(3, -1) if mrope and p.position_ids.dim() == 1 else p.position_ids,
         "padding_mask": p.padding_mask,
     }
@@ -182,6 +289,8 @@ def _row(p: PackedSequence, specs, mrope: bool, pad_values) -> dict[str, torch.T
         col = p.columns.get(name)
         if col is None:
             col = torch.full((p.total_tokens, *shape), pad_values.get(name, 0), dtype=dtype, device=p.labels.device)
+        elif name == "loss_mask":  # follows the label convention: 1 exactly where a target remains
+            col = (row["labels"] != IGNORE_INDEX).to(col.dtype)
         row[name] = col.to(dtype)
     return row
 

@@ -155,19 +155,14 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             )
         if lab is not None and lab.shape[0] != length:
             raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
-        mask = seq.get("loss_mask")
-        if mask is not None and lab is not None:
-            raise ValueError(
-                f"sequence {i}: 'loss_mask' is given together with 'labels' (ambiguous: which one says where the loss "
-                "is?); keep one of them — labels say more: labels[loss_mask == 0] = -100, then drop loss_mask"
-            )
+        mask = seq.get("loss_mask")  # with labels: a Megatron row (labels = text[1:]); see assemble._pack._labels
         if mask is not None:
             mask = (mask if isinstance(mask, Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
             if mask.shape[0] != length:
                 raise ValueError(
                     f"sequence {i}: column 'loss_mask' has {mask.shape[0]} tokens but input_ids has {length}"
                 )
-            if ids is None:
+            if ids is None and lab is None:
                 raise ValueError(f"sequence {i}: loss_mask without input_ids; pass labels instead")
         pos = seq.get("position_ids")
         if pos is not None:

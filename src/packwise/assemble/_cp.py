@@ -9,18 +9,35 @@ that is not divisible by ``2·cp`` is an error here — Transformer Engine silen
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
 
 from ._collate import NON_TOKEN_KEYS
+from ._labels import shift_labels
 
 
-def _check(cp_size: int, cp_rank: int | None = None) -> None:
-    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+def _as_int(value):
+    """A Python int from an int, numpy integer or one-element integer tensor (``operator.index``), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = value.item()
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _check(cp_size, cp_rank=None) -> tuple[int, int | None]:
+    size = _as_int(cp_size)
+    if size is None or size < 1:
         raise ValueError(f"cp_size must be an integer >= 1, got {cp_size!r}")
-    if cp_rank is not None and not (isinstance(cp_rank, int) and 0 <= cp_rank < cp_size):
-        raise ValueError(f"cp_rank must be in [0, {cp_size}), got {cp_rank!r}")
+    rank = None if cp_rank is None else _as_int(cp_rank)
+    if cp_rank is not None and (rank is None or not 0 <= rank < size):
+        raise ValueError(f"cp_rank must be an integer in [0, {size}), got {cp_rank!r}")
+    return size, rank
 
 
 def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
@@ -33,7 +50,7 @@ def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> t
         >>> cp_indices(torch.tensor([0, 8]), 2, 0).tolist(), cp_indices(torch.tensor([0, 8]), 2, 1).tolist()
         ([0, 1, 6, 7], [2, 3, 4, 5])
     """
-    _check(cp_size, cp_rank)
+    cp_size, cp_rank = _check(cp_size, cp_rank)
     cu = torch.as_tensor(cu_seqlens_padded).to(torch.int64).cpu()
     if cu.dim() != 1 or cu.shape[0] < 2 or int(cu[0]) != 0 or bool((cu.diff() < 0).any()):
         raise ValueError(f"cu_seqlens_padded must be (M+1,) non-decreasing from 0, got {cu.tolist()}")
@@ -46,7 +63,9 @@ def cp_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> t
         raise ValueError(
             f"segment {i} (tokens {int(cu[i])}..{int(cu[i + 1])}) has {int(lengths[i])} tokens, not divisible by "
             f"2*cp_size={2 * cp_size}; align every sequence and the pack length with "
-            f"packwise.plan.alignment_multiple(cp={cp_size}) (assemble_pack(alignment=..., pad_to=...))"
+            f"packwise.plan.alignment_multiple(cp={cp_size}) (assemble_pack(alignment=..., pad_to=...) or "
+            "PackingConfig(topology={'cp': ...}).assemble; a flatten_padded_batch pack is tight: pad each row's "
+            "length to that multiple before flattening)"
         )
     chunk = lengths // (2 * cp_size)
     starts = cu[:-1]
@@ -68,6 +87,14 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
     Boundary tensors (``cu_seqlens*``, ``max_*``) stay global, as Transformer Engine expects; ``cp_size``
     and ``cp_rank`` are added.
 
+    Labels are shifted *before* the split: after it, token ``t+1`` of a document is often on another rank,
+    so an unshifted (HF) loss on a shard would score logits against the wrong targets. An HF batch
+    (``labels_shifted=False``) with ``cp_size > 1`` therefore comes back with ``labels`` shifted within each
+    document (``labels_shifted=True``) and the same tensor as ``shift_labels`` (the key HF Transformers'
+    causal-LM loss reads instead of shifting). Score it with ``packed_cross_entropy(...,
+    labels_shifted=True)`` or ``PackingConfig.loss()``; the sum of the ranks' losses equals the unsharded
+    loss.
+
     Raises:
         ValueError: not a thd batch, bad ``cp_size``/``cp_rank``, a segment length not divisible by
             ``2 * cp_size``, or a per-token tensor whose length is not the batch's token count.
@@ -80,9 +107,11 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
     """
     if not isinstance(batch, dict) or batch.get("layout") != "thd" or "cu_seqlens_padded" not in batch:
         raise ValueError("shard_for_context_parallel needs a layout='thd' batch from collate_packs")
-    _check(cp_size, cp_rank)
+    cp_size, cp_rank = _check(cp_size, cp_rank)
     idx = cp_indices(batch["cu_seqlens_padded"], cp_size, cp_rank)
     total = int(batch["cu_seqlens_padded"][-1])
+    if cp_size > 1 and not batch.get("labels_shifted", False) and isinstance(batch.get("labels"), torch.Tensor):
+        batch = _shifted(batch, total)
     out = dict(batch)
     for name, t in batch.items():
         if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
@@ -95,6 +124,21 @@ def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> di
     return out
 
 
+def _shifted(batch: dict, total: int) -> dict:
+    """An HF batch with its labels (and a packed ``loss_mask``) shifted within every physical segment."""
+    cu = torch.as_tensor(batch["cu_seqlens_padded"]).to(torch.int64).cpu()
+    labels = batch["labels"]
+    if labels.shape[-1] != total:
+        raise ValueError(f"batch['labels'] has shape {tuple(labels.shape)}; expected {total} tokens on axis 1")
+    seg = torch.repeat_interleave(torch.arange(cu.shape[0] - 1), cu.diff()).to(labels.device).expand_as(labels)
+    out = dict(batch, labels=shift_labels(labels, seg), labels_shifted=True)
+    if isinstance(batch.get("loss_mask"), torch.Tensor):
+        mask = batch["loss_mask"]
+        out["loss_mask"] = shift_labels(mask.long(), seg, ignore_index=0).to(mask.dtype)
+    out["shift_labels"] = out["labels"]
+    return out
+
+
 def unshard_context_parallel(shards: Sequence[dict]) -> dict:
     """Inverse of :func:`shard_for_context_parallel`: the shards of ranks ``0 .. cp-1`` -> the full batch.
 
@@ -104,8 +148,13 @@ def unshard_context_parallel(shards: Sequence[dict]) -> dict:
     if not shards:
         raise ValueError("unshard_context_parallel needs the shards of every rank")
     cp_size = shards[0].get("cp_size")
-    if cp_size != len(shards) or [s.get("cp_rank") for s in shards] != list(range(len(shards))):
-        raise ValueError(f"need shards of ranks 0..{len(shards) - 1} in order, each with cp_size={len(shards)}")
+    ranks = [s.get("cp_rank") for s in shards]
+    if not isinstance(cp_size, int) or cp_size != len(shards) or ranks != list(range(len(shards))):
+        want = cp_size if isinstance(cp_size, int) and cp_size >= 1 else len(shards)
+        raise ValueError(
+            f"got {len(shards)} shards of ranks {ranks} (cp_size={cp_size!r}); need the {want} shards of ranks "
+            f"0..{want - 1} in rank order"
+        )
     cu = shards[0]["cu_seqlens_padded"]
     if any(not torch.equal(s["cu_seqlens_padded"], cu) for s in shards):
         raise ValueError("shards come from different batches (cu_seqlens_padded differ)")

@@ -1,21 +1,26 @@
 """``flatten_padded_batch``: an already collated, right-padded ``[B, S]`` batch -> one tight THD pack.
 
 This is Megatron-Bridge's ``pack_language_shard`` case (a whole data-parallel shard becomes one pack,
-no length budget). The real lengths come from the caller — never inferred from ``loss_mask`` or pad
-values, which would merge or split documents whenever a pad id appears inside a sample.
+no length budget; ``megatron_mimo/sequence_pack.py``). The real lengths come from the caller — never
+inferred from ``loss_mask`` or pad values, which would merge or split documents whenever a pad id appears
+inside a sample. Bridge's contract, met exactly: labels as given (pad -100), ``loss_mask`` packed (pad 0),
+position ids ``[B, S]`` or MRoPE ``[3, B, S]``, no tokens on label-only pipeline stages.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import torch
 
+from ..constants import IGNORE_INDEX
+from ._labels import Labels, check_labels
 from ._pack import PackedSequence, assemble_pack
 
 
-def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> PackedSequence:
-    """Concatenate each row's real prefix into one pack; positions and labels are kept as given.
+def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: Labels = "shifted") -> PackedSequence:
+    """Concatenate each row's real prefix into one pack; positions, labels and ``loss_mask`` are kept as given.
 
     Args:
         batch: right-padded tensors: ``input_ids`` ``[B, S]`` (may be absent on pipeline stages that only
@@ -23,9 +28,15 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> Packe
             optional ``attention_mask`` ``[B, S]`` (used only to verify right-padding), and other per-token
             columns ``[B, S, ...]``.
         lengths: ``(B,)`` real tokens per row (list or tensor).
+        labels: the convention of ``batch["labels"]``. ``"shifted"`` (Megatron, the default: Bridge's
+            contract) keeps every label exactly as given — ``labels[t]`` is position ``t``'s own target, so
+            no target crosses a row. ``"hf"`` (unshifted) sets the first label of every row to -100: an HF
+            loss shifts over the whole pack and would score the previous row's last token against it.
 
     Returns:
-        A :class:`PackedSequence` of ``ΣB lengths`` tokens; the first label of every row is -100.
+        A :class:`PackedSequence` of ``ΣB lengths`` tokens (``labels_shifted`` records the convention);
+        ``columns["loss_mask"]`` holds the packed ``loss_mask`` (its dtype) when the batch has one;
+        ``input_ids`` is None when the batch has none (label-only pipeline stages).
 
     Raises:
         ValueError: no tensor to take a device from, shapes that disagree, lengths out of ``[0, S]``, a
@@ -36,8 +47,11 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> Packe
         >>> b = {"input_ids": torch.tensor([[1, 2, 0], [3, 4, 5]]), "labels": torch.tensor([[1, 2, -100], [3, 4, 5]])}
         >>> p = flatten_padded_batch(b, lengths=[2, 3])
         >>> p.input_ids.tolist(), p.labels.tolist(), p.position_ids.tolist()
-        ([1, 2, 3, 4, 5], [-100, 2, -100, 4, 5], [0, 1, 0, 1, 2])
+        ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [0, 1, 0, 1, 2])
+        >>> flatten_padded_batch(b, lengths=[2, 3], labels="hf").labels.tolist()
+        [-100, 2, -100, 4, 5]
     """
+    shifted = check_labels(labels) == "shifted"
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
     if not tensors:
         raise ValueError("flatten_padded_batch: no tensor in the batch to take a device and shape from")
@@ -79,14 +93,23 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths) -> Packe
                 f"row {row} is not right-padded to its length {int(lengths[row])} (attention_mask disagrees)"
             )
     sequences = []
-    for row in range(b):
+    rows = [row for row in range(b) if int(lengths[row])]
+    for row in rows:
         n = int(lengths[row])
-        if n == 0:
-            continue
         seq = {}
         for name, t in tensors.items():
-            if name == "attention_mask":
-                continue
+            if name in ("attention_mask", "loss_mask") or (name == "labels" and "input_ids" in tensors):
+                continue  # labels are placed below exactly as declared by ``labels=`` (not guessed per row)
             seq[name] = t[:, row, :n] if name == "position_ids" and t.dim() == 3 else t[row, :n]
         sequences.append(seq)
-    return assemble_pack(sequences)
+    pack = assemble_pack(sequences, labels_shifted=shifted)
+    changes = {}
+    if "labels" in tensors:  # shifted: exactly as given; hf: the first label of every row carries no target
+        given = torch.cat([tensors["labels"][row, : int(lengths[row])] for row in rows]).long()
+        if not shifted:
+            given[pack.cu_seqlens[:-1].long().to(given.device)] = IGNORE_INDEX
+        changes["labels"] = given
+    if "loss_mask" in tensors:
+        mask = torch.cat([tensors["loss_mask"][row, : int(lengths[row])] for row in rows])
+        changes["columns"] = {**pack.columns, "loss_mask": mask}
+    return dataclasses.replace(pack, **changes) if changes else pack

@@ -73,7 +73,9 @@ def assemble_batch(
         ([[1, 2, 3, 4, 5]], [[-100, 2, 3, -100, 5]], [[0, 1, 2, 0, 1]], [0, 3, 5])
     """
     out = None
-    if layout == "thd":
+    # the fast path covers HF rows in the HF convention; Megatron rows (labels + loss_mask) and the shifted output
+    # convention take the two-step path, which converts them losslessly or refuses (assemble._pack._labels)
+    if layout == "thd" and not labels_shifted:
         try:
             out = _fast_thd(
                 packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset,
@@ -82,7 +84,15 @@ def assemble_batch(
         except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
-        return out
+        lab, ids = out["labels"], out.get("input_ids")
+        if ids is None or not bool(((lab != label_pad_id) & (lab != ids)).any()):
+            # every target is its own token (HF labels): nothing for the convention checks to refuse. Keys in
+            # collate_packs' order (input_ids after the layout keys, then the label convention)
+            batch = {k: v for k, v in out.items() if k != "input_ids"}
+            if ids is not None:
+                batch["input_ids"] = ids
+            batch["labels_shifted"] = False
+            return batch
     opts = dict(
         pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
         pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset,

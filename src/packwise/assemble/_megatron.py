@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import numpy as np
+import torch
+
 from ._pack import PackedSequence
 
 
-def to_packed_seq_params(batch):
+def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
     """megatron-core's ``PackedSeqParams(qkv_format="thd", ...)``, or the same keys as a dict without it.
 
     ``cu_seqlens_q/kv`` are the real cumulative lengths and ``cu_seqlens_q/kv_padded`` the physical ones
     (Transformer Engine's convention when sequences are padded for CP/TP/FP8); ``max_seqlen_q/kv`` is the
-    longest *physical* segment, an upper bound for the kernels.
+    longest *physical* segment, an upper bound for the kernels, always a Python int (TE and CUDA graphs need
+    an int; a batch's ``max_length_q`` may be a one-element tensor after a tensor-parallel broadcast).
+
+    ``multi_token_prediction=True`` (``PackingConfig.consumer.multi_token_prediction``) sets
+    ``cu_seqlens_q/kv`` to the physical boundaries too — NeMo-RL's layout. megatron-core's MTP
+    ``roll_tensor`` slices the token row by ``cu_seqlens_q``; with alignment padding the real boundaries
+    point into the wrong documents (measured: MTP loss 4.167337 instead of 4.155380), the physical ones roll
+    each document within its own padded segment, whose padding carries no label and no loss mask. Attention
+    is unchanged for the real tokens (padding follows them inside each causal segment); MoE layers need the
+    batch's ``padding_mask`` then.
 
     Raises:
         ValueError: a padded-layout batch (Megatron THD needs one row).
@@ -21,14 +33,26 @@ def to_packed_seq_params(batch):
         >>> params["cu_seqlens_q"].tolist() if isinstance(params, dict) else params.cu_seqlens_q.tolist()
         [0, 5, 12]
     """
-    if isinstance(batch, PackedSequence):
-        cu, cu_padded = batch.cu_seqlens, batch.cu_seqlens_padded
-        longest = max(batch.max_seqlen_padded, batch.tail)
+    if isinstance(batch, PackedSequence):  # every segment, the tail (a real length 0) included
+        real, phys = batch.segments()
+        device = batch.cu_seqlens.device
+        cu = torch.from_numpy(np.concatenate([[0], np.cumsum(real)]).astype(np.int32)).to(device)
+        cu_padded = torch.from_numpy(np.concatenate([[0], np.cumsum(phys)]).astype(np.int32)).to(device)
+        longest = int(phys.max())
     else:
         if batch.get("layout") != "thd":
             raise ValueError("to_packed_seq_params needs a layout='thd' batch (one row) or a PackedSequence")
         cu, cu_padded = batch["cu_seqlens"], batch["cu_seqlens_padded"]
         longest = int(batch["max_length_q"])
+    if multi_token_prediction:
+        cu = cu_padded
+    elif int(cu[-1]) != int(cu_padded[-1]) and int(cu[-1]) != int(cu[-2]) and torch.equal(cu[:-1], cu_padded[:-1]):
+        # Only the last segment is padded, and it is a real document. Transformer Engine <= 2.17 then infers
+        # pad_between_seqs=False from cu_seqlens_q[:-1] == cu_seqlens_q_padded[:-1] and attends with the wrong
+        # layout under THD context parallelism (TransformerEngine #3331). A zero-length segment (as a
+        # fixed-width tail gives) tells TE that padding is there; it holds no token and changes no attention.
+        cu = torch.cat([cu, cu[-1:]])
+        cu_padded = torch.cat([cu_padded, cu_padded[-1:]])
     fields = {
         "qkv_format": "thd",
         "cu_seqlens_q": cu,

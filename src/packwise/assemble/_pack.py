@@ -48,6 +48,7 @@ class PackedSequence:
         metadata: per-sequence non-tensor values (lists of length N), e.g. sample keys.
         media: per-sample tensors that are not per token — ``pixel_values (patches, D)``, ``image_grid_thw
             (images, 3)`` (and the video twins) — concatenated in sequence order.
+        labels_shifted: the label convention of ``labels`` (False: HF, unshifted; True: Megatron, shifted).
     """
 
     input_ids: torch.Tensor | None
@@ -62,6 +63,7 @@ class PackedSequence:
     columns: dict[str, torch.Tensor] = field(default_factory=dict)
     metadata: dict[str, list] = field(default_factory=dict)
     media: dict[str, torch.Tensor] = field(default_factory=dict)
+    labels_shifted: bool = False
     _segments: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
@@ -138,8 +140,10 @@ def assemble_pack(
     """Concatenate sequences into one THD pack (the plan decided membership; this only executes it).
 
     Args:
-        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` (HF convention, or shifted —
-            see ``labels_shifted``) or ``loss_mask (L,)``; optional ``position_ids`` ``(L,)`` or MRoPE
+        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` and/or ``loss_mask (L,)``, whose
+            presence declares the row's convention: ``labels`` alone are HF labels (unshifted), ``labels`` +
+            ``loss_mask`` a Megatron row (``labels = text[1:]``, mask aligned with them), ``loss_mask`` alone a
+            mask on the predicted token (docs/megatron.md); optional ``position_ids`` ``(L,)`` or MRoPE
             ``(3, L)``; any other per-token column ``(L, ...)`` of any dtype. Non-array values (strings,
             numbers) go to ``metadata``. Tensors, numpy arrays or lists; the output lives on the device of
             the first sequence's tensors.
@@ -148,8 +152,9 @@ def assemble_pack(
         pad_token_id: ``input_ids`` value on padding.
         label_pad_id: ``labels`` value on padding and at boundaries.
         pad_values: padding value per extra column (default 0).
-        labels_shifted: labels already aligned with the prediction (Megatron: ``labels[t]`` is the target
-            of position ``t``); without labels the targets are the next tokens.
+        labels_shifted: the convention of the pack's labels (output): False — HF, ``labels[t]`` is token
+            ``t``; True — Megatron, ``labels[t]`` is the target of position ``t``. Rows are converted within
+            each sequence; a Megatron row's last target cannot become an HF label and is refused.
         position_offset: first position of every sequence (2 for RoBERTa-style models).
         vocab_size: when given, every input id and label must be below it.
 
@@ -159,8 +164,9 @@ def assemble_pack(
     Raises:
         ValueError: an empty sequence, a column whose length differs from ``input_ids``, aligned total >
             ``pad_to``, ``alignment < 1``, a negative id (or one >= ``vocab_size``), a label that is neither
-            -100 nor a token id, a ``loss_mask`` value other than 0/1, ``labels`` and ``loss_mask`` both
-            given (ambiguous), tensors on different devices — naming the sequence index, column and numbers.
+            -100 nor a token id, a ``loss_mask`` value other than 0/1, labels that look like the other
+            convention, a Megatron target an HF pack would lose, tensors on different devices — naming the
+            sequence index, column and numbers.
         TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions.
 
     Example:
@@ -228,6 +234,7 @@ def assemble_pack(
         columns={k: place(v, pad_values.get(k, 0)) for k, v in cols.extra.items()},
         metadata=cols.metadata,
         media=cols.media,
+        labels_shifted=bool(labels_shifted),
         _segments=(seg_real, seg_len),
     )
 
@@ -250,29 +257,123 @@ def _t(a: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bool, pad: int) -> torch.Tensor:
+    """Labels in the pack's convention (``shifted``) from what each row declares it carries:
+
+    - ``labels`` alone: HF labels, unshifted (``labels[t]`` is token ``t``, scored from the logits at ``t-1``);
+    - ``labels`` + ``loss_mask``: a Megatron row (GPTDataset/SFT: ``labels = text[1:]``, ``loss_mask`` aligned
+      with them, ``labels[t]`` is the target of position ``t``; the last one is a real target);
+    - ``loss_mask`` alone: a per-token mask on the token that is predicted (HF/TRL ``completion_mask``);
+    - neither: every next token is a target.
+
+    Converting is lossless or refused: a Megatron row's last target has no slot in HF labels. Rows whose
+    labels look like the other convention are refused naming the field and the fix."""
     ids = cols.ids
-    if all(lab is not None for lab in cols.labels):
-        labels = torch.cat(cols.labels)
-        if labels.dtype != torch.int64 or labels.device != cols.device:
-            labels = labels.to(device=cols.device, dtype=torch.int64, copy=True)
+    n_rows = len(lengths)
+    megatron = [lab is not None and mask is not None for lab, mask in zip(cols.labels, cols.masks)]
+    if all(lab is not None for lab in cols.labels) and not any(megatron):
+        hf = torch.cat(cols.labels)
+        if hf.dtype != torch.int64 or hf.device != cols.device:
+            hf = hf.to(device=cols.device, dtype=torch.int64, copy=True)
+        elif len(cols.labels) == 1:
+            hf = hf.clone()
     else:
-        if ids is None:
+        if ids is None and not all(lab is not None for lab in cols.labels):
             raise ValueError("sequences without input_ids need labels")
-        labels = torch.roll(ids, -1) if shifted else ids.clone()  # shifted: the target of t is token t+1
+        hf = ids.clone() if ids is not None else torch.empty(int(lengths.sum()), dtype=torch.int64, device=cols.device)
         offset = 0
         for lab, mask, n in zip(cols.labels, cols.masks, cols.lengths):
-            if lab is not None:
-                labels[offset : offset + n] = lab.to(labels.device, torch.int64)
+            if lab is None and mask is None:
+                offset += n
+                continue
+            part = hf[offset : offset + n]
+            if lab is not None and mask is not None:
+                part.fill_(pad)  # filled below from the Megatron labels
+            elif lab is not None:
+                part.copy_(lab.to(part.device, torch.int64))
             elif mask is not None:
-                keep = mask.to(device=labels.device, dtype=torch.bool)
-                labels[offset : offset + n] = torch.where(keep, labels[offset : offset + n], pad)
+                part.masked_fill_(~mask.to(device=part.device, dtype=torch.bool), pad)
             offset += n
-    boundary = starts + (lengths - 1 if shifted else 0)
-    if labels.device.type == "cpu":
-        labels.numpy()[boundary] = pad  # no target crosses a sequence boundary
+    if ids is not None and any(lab is not None and not m for lab, m in zip(cols.labels, megatron)):
+        _check_hf_rows(hf, ids, cols, starts, lengths, megatron, pad)
+    last_targets = {}
+    for i in (i for i in range(n_rows) if megatron[i]):
+        start, n = int(starts[i]), int(lengths[i])
+        lab = cols.labels[i].to(device=hf.device, dtype=torch.int64)
+        lab = lab.masked_fill(~cols.masks[i].to(device=hf.device, dtype=torch.bool), pad)
+        if ids is not None:
+            _check_megatron_row(i, lab, ids[start : start + n], pad)
+        hf[start + 1 : start + n] = lab[:-1]  # unshift within the row: lossless up to the last target
+        if int(lab[-1]) != pad:
+            if not shifted:
+                raise ValueError(
+                    f"sequence {i}: its last label ({int(lab[-1])}, loss_mask 1) is a real Megatron target (the "
+                    "token after the last input id); HF labels have no slot for it and it would be lost. Keep "
+                    "Megatron labels (PackingConfig labels='shifted', assemble_pack(labels_shifted=True)) or "
+                    "append that token to input_ids"
+                )
+            last_targets[start + n - 1] = int(lab[-1])
+    ends = starts + lengths - 1
+    if shifted:  # out[t] = hf[t+1] within each row; the last token of a row predicts nothing (or its own target)
+        out = torch.empty_like(hf)
+        if hf.device.type == "cpu":
+            o = out.numpy()
+            o[:-1] = hf.numpy()[1:]
+            o[ends] = pad
+        else:
+            out[:-1] = hf[1:]
+            out[_t(ends, out.device)] = pad
+        for pos, value in last_targets.items():
+            out[pos] = value
+        return out
+    if hf.device.type == "cpu":
+        hf.numpy()[starts] = pad  # no target crosses a sequence boundary
     else:
-        labels[_t(boundary, labels.device)] = pad
-    return labels
+        hf[_t(starts, hf.device)] = pad
+    return hf
+
+
+def _check_hf_rows(hf, ids, cols, starts, lengths, megatron, pad) -> None:
+    """Refuse ``labels``-only rows that look Megatron-shifted (``labels[t] == input_ids[t+1]``)."""
+    if hf.device.type == "cpu":  # numpy: a few microseconds on the assemble hot path
+        h, t = hf.numpy(), ids.numpy()
+        m = (h != pad) & (h != t)
+        if not m.any():
+            return
+        mismatch = torch.from_numpy(m)
+    else:
+        mismatch = (hf != pad) & (hf != ids)
+    if not bool(mismatch.any()):
+        return  # every HF target is its own token: the common case, one vectorised test
+    for i, lab in enumerate(cols.labels):
+        if lab is None or megatron[i]:
+            continue
+        start, n = int(starts[i]), int(lengths[i])
+        row, tok = hf[start : start + n], ids[start : start + n]
+        if n < 2 or not bool(mismatch[start : start + n].any()):
+            continue
+        tgt = row[:-1] != pad
+        if bool(tgt.any()) and bool((row[:-1] == tok[1:])[tgt].all()):
+            raise ValueError(
+                f"sequence {i}: labels look Megatron-shifted (labels[t] == input_ids[t+1] at every target), but "
+                "labels without loss_mask are read as HF labels (unshifted, labels[t] == input_ids[t]). A Megatron "
+                "row (labels = text[1:]) declares itself with its loss_mask: add loss_mask (1 on every target); "
+                "an HF row gives labels = input_ids with -100 where no loss"
+            )
+
+
+def _check_megatron_row(i: int, lab: torch.Tensor, tok: torch.Tensor, pad: int) -> None:
+    """Refuse ``labels`` + ``loss_mask`` rows whose labels are HF labels (``labels[t] == input_ids[t]``)."""
+    tgt = lab != pad
+    if tok.shape[0] < 2 or int(tgt.sum()) < 2 or not bool((lab == tok)[tgt].all()):
+        return
+    nxt = tgt[:-1]
+    if bool(nxt.any()) and bool((lab[:-1] == tok[1:])[nxt].all()):
+        return  # a constant run: both readings give the same targets
+    raise ValueError(
+        f"sequence {i}: carries labels and loss_mask, which declares a Megatron row (labels = text[1:], "
+        "loss_mask aligned with labels), but labels[t] == input_ids[t] at every target, as HF labels are. "
+        "For HF rows drop loss_mask (put -100 in labels where it is 0); for Megatron rows give labels = text[1:]"
+    )
 
 
 def _positions(cols, pos_in_seg, seq_idx, seg_real, dst, offset, n, device) -> torch.Tensor:

@@ -95,6 +95,21 @@ class PackwiseTaskEncoderMixin:
     packing_media_tokens: dict = QWEN_MEDIA_TOKENS
     packing_media_bounds: tuple = QWEN_MEDIA_BOUNDS
     packing_merge_size: int = 2
+    #: A :class:`packwise.PackingConfig`; when set it supplies capacity, algorithm, seed, alignment, overflow and
+    #: the conventions (labels, fixed width, layout, emitted fields) of packs and batches: see
+    #: ``PackingConfig.energon_settings()``. The ``packing_*`` attributes above are then not read.
+    packing_config = None
+
+    def _packwise(self) -> dict:
+        """``plan`` (:func:`plan_packs` kwargs), ``assemble``, ``collate`` settings and the ``overflow`` policy."""
+        cfg = self.packing_config
+        if cfg is None:
+            return {"plan": {"capacity": self.packing_capacity, "algorithm": self.packing_algorithm,
+                             "seed": self.packing_seed, "alignment": self.packing_alignment,
+                             **self.packing_algorithm_options},
+                    "assemble": {"alignment": self.packing_alignment}, "collate": {},
+                    "overflow": self.packing_overflow}  # fmt: skip
+        return cfg.energon_settings()
 
     @property
     def packing_counts(self) -> dict:
@@ -112,17 +127,20 @@ class PackwiseTaskEncoderMixin:
         return getattr(sample, "packing_key", None)
 
     # ------------------------------------------------------------------ overflow (a pure function of a sample)
+    def _settings(self) -> tuple[int, int, str]:
+        """``(capacity, alignment, overflow)`` from ``packing_config`` when set, else the ``packing_*`` fields."""
+        s = self._packwise()
+        return s["plan"]["capacity"], s["plan"].get("alignment", 1), s["overflow"]
+
     def _limit(self) -> int:
-        if not self.packing_capacity:
+        capacity, a, policy = self._settings()
+        if not capacity:
             raise ValueError(f"{type(self).__name__}.packing_capacity is not set (tokens per pack)")
-        if self.packing_overflow not in ("truncate", "split", "drop", "error"):
-            raise ValueError(
-                f"{type(self).__name__}.packing_overflow={self.packing_overflow!r}; use truncate, split, drop or error"
-            )
-        a = self.packing_alignment
-        limit = self.packing_capacity // a * a
+        if policy not in ("truncate", "split", "drop", "error"):
+            raise ValueError(f"{type(self).__name__}.packing_overflow={policy!r}; use truncate, split, drop or error")
+        limit = capacity // a * a
         if limit < 1:
-            raise ValueError(f"packing_alignment {a} > packing_capacity {self.packing_capacity}")
+            raise ValueError(f"packing_alignment {a} > packing_capacity {capacity}")
         return limit
 
     def _token_names(self) -> tuple:
@@ -144,11 +162,11 @@ class PackwiseTaskEncoderMixin:
                         media_tokens=self.packing_media_tokens)  # fmt: skip
         if n <= limit:
             return [fields], counts
-        policy = self.packing_overflow
+        capacity, alignment, policy = self._settings()
         if policy == "error":
             raise ValueError(
-                f"{where} has {n} tokens > packing_capacity {self.packing_capacity} (alignment "
-                f"{self.packing_alignment}); set packing_overflow to truncate, split or drop, or raise the capacity"
+                f"{where} has {n} tokens > packing_capacity {capacity} (alignment {alignment}); set "
+                "packing_overflow (PackingConfig.overflow) to truncate, split or drop, or raise the capacity"
             )
         ids = fields["input_ids"].cpu().numpy()
         spans = media_spans(ids, self.packing_media_tokens, self.packing_media_bounds)
@@ -213,10 +231,7 @@ class PackwiseTaskEncoderMixin:
         out: list[list[int]] = []
         for members in groups.values():
             lengths = np.asarray([n for _, n in members], dtype=np.int64)
-            plan = plan_packs(
-                lengths, capacity=self.packing_capacity, algorithm=self.packing_algorithm, seed=self.packing_seed,
-                alignment=self.packing_alignment, **self.packing_algorithm_options,
-            )  # fmt: skip
+            plan = plan_packs(lengths, **self._packwise()["plan"])
             out += [[members[j][0] for j in pack.tolist()] for pack in plan.packs()]
         out += [[i] for i in alone]
         if riders:
@@ -225,8 +240,8 @@ class PackwiseTaskEncoderMixin:
             else:
                 warnings.warn(
                     f"packwise: every one of {len(samples)} samples in an Energon packing buffer is over "
-                    f"packing_capacity {self.packing_capacity} and cannot be kept "
-                    f"(overflow={self.packing_overflow!r}); the buffer is dropped (counted in packing_counts)",
+                    f"packing_capacity {self._settings()[0]} and cannot be kept "
+                    f"(overflow={self._settings()[2]!r}); the buffer is dropped (counted in packing_counts)",
                     stacklevel=2,
                 )
                 for i in riders:
@@ -292,7 +307,7 @@ class PackwiseTaskEncoderMixin:
                     if col not in m:
                         ref = next(x[col] for x in members if col in x)
                         m[col] = torch.zeros((len(m["input_ids"]), *ref.shape[1:]), dtype=ref.dtype)
-        pack = assemble_pack(members, alignment=self.packing_alignment)
+        pack = assemble_pack(members, **self._packwise()["assemble"])
         self.packing_counts["packs"] += 1
         return PackedSample.derive_from(
             head, __key__="+".join(str(k) for k in keys), pack=pack, keys=keys, packing_counts=dict(counts)
@@ -302,7 +317,7 @@ class PackwiseTaskEncoderMixin:
     def batch(self, samples: Sequence[PackedSample]) -> dict:
         """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``, the
         packs' ``packing_counts`` (summed) and ``__restore_key__`` (for ``loader.restore_sample``)."""
-        batch = collate_packs([s.pack for s in samples])
+        batch = collate_packs([s.pack for s in samples], **self._packwise()["collate"])
         batch["keys"] = [s.keys for s in samples]
         batch["pack_restore_keys"] = [s.__restore_key__ for s in samples]
         batch["packing_counts"] = {k: sum(s.packing_counts[k] for s in samples) for k in zero_counts()}

@@ -163,7 +163,9 @@ class PackedDataCollator:
             raise ValueError("PackedDataCollator got an empty batch")
         if not self._trainer_checked and not any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features):
             self._trainer_checked = _check_trainer_kept_boundaries()  # once per collator, when a Trainer calls it
-        if not any(isinstance(f, PackedSequence) for f in features):  # one fused pass (same batch, bit for bit)
+        if not any(isinstance(f, PackedSequence) or "loss_mask" in f for f in features):
+            # one fused pass (same batch, bit for bit): HF rows only; Megatron rows (labels + loss_mask) and packs
+            # take the two-step path, which converts them to HF labels or refuses a conversion that loses a target
             batch = assemble_batch(
                 [_sequences(f, i) for i, f in enumerate(features)], alignment=self.alignment,
                 position_offset=self.position_offset, pad_token_id=self.pad_token_id,
@@ -177,7 +179,9 @@ class PackedDataCollator:
                 )
                 for i, f in enumerate(features)
             ]  # fmt: skip
-            batch = collate_packs(packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id)
+            batch = collate_packs(  # labels="hf": HF models shift; Megatron-shifted packs are converted back
+                packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id, labels="hf"
+            )
         if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
             batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])

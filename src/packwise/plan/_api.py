@@ -215,7 +215,8 @@ def plan_packs(
             aligned = f", {int(costs[i])} after alignment to {alignment}," if alignment > 1 else ""
             raise ValueError(
                 f"sequence {i} has {int(real[i])} tokens{aligned} > capacity {capacity}; truncate or split it "
-                "(overflow='truncate' or 'split') or raise capacity"
+                "before planning (plan_packs plans whole sequences; PackingConfig.overflow is applied by the stream "
+                "and `packwise pack`, not here) or raise capacity"
             )
     m = max_seqs or sys.maxsize
     used_seed = (0 if seed is None else int(seed)) if name in RANDOMIZED else None

@@ -63,8 +63,8 @@ class PackingStream(IterableDataset):
         shuffle: change window membership every epoch (see the module docstring).
         assemble: yield :class:`~packwise.assemble.PackedSequence` objects (default) or, with False, the
             planned lists of samples (for custom assembly or planning-only benchmarks).
-        alignment, pad_to, pad_token_id: forwarded to :func:`~packwise.assemble.assemble_pack`; planning
-            uses aligned lengths.
+        alignment, pad_to, pad_token_id, labels_shifted: forwarded to
+            :func:`~packwise.assemble.assemble_pack`; planning uses aligned lengths.
         **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
 
     Attributes:
@@ -100,6 +100,7 @@ class PackingStream(IterableDataset):
         alignment: int = 1,
         pad_to: int | None = None,
         pad_token_id: int = 0,
+        labels_shifted: bool = False,
         **algorithm_options,
     ) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
@@ -128,6 +129,7 @@ class PackingStream(IterableDataset):
         self.seed, self.overflow, self.length_fn = int(seed), overflow, length_fn
         self.drop_last, self.shuffle, self.assemble = drop_last, shuffle, assemble
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
+        self.labels_shifted = bool(labels_shifted)
         self.algorithm_options = algorithm_options
         self.epoch = 0
         self._next = (0, 0)  # (window, pack) of the next pack to emit
@@ -219,7 +221,10 @@ class PackingStream(IterableDataset):
             return group
         tag = {"epoch": self.epoch, "window": window, "pack": k, "packs_in_window": count}
         seqs = [{**s, POSITION: tag} for s in group]
-        pack = assemble_pack(seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+        pack = assemble_pack(
+            seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id,
+            labels_shifted=self.labels_shifted,
+        )  # fmt: skip
         used = int(pack.cu_seqlens_padded[-1])
         if used > self.capacity:  # only a length_fn that under-reports samples without input_ids gets here
             raise ValueError(
@@ -238,8 +243,10 @@ class PackingStream(IterableDataset):
             raise TypeError(f"the source callable returned {type(src).__name__}, not an iterable")
         return src
 
-    def _windows(self, worker: int, workers: int, start_window: int) -> Iterator[tuple[int, int, list, bool]]:
-        """Yield ``(window, first sample position, samples, is_last)`` for this worker's windows."""
+    def _windows(
+        self, worker: int, workers: int, start_window: int
+    ) -> Iterator[tuple[int, int | list[int], list, bool]]:
+        """Yield ``(window, first sample position or the samples' source indices, samples, is_last)``."""
         ss = np.random.SeedSequence([self.seed, self.epoch])
         src = self.source
         if hasattr(src, "__len__") and hasattr(src, "__getitem__") and not isinstance(src, (str, bytes, Mapping)):
@@ -255,7 +262,7 @@ class PackingStream(IterableDataset):
                     samples.extend(map(src.__getitem__, idx))  # keeps what it read if the source raises
                 except Exception as e:  # report which sample failed; nothing of this window is emitted
                     raise StreamSourceError(w * self.buffer_size + len(samples), e) from e
-                yield w, w * self.buffer_size, samples, w == n_windows - 1
+                yield w, idx, samples, w == n_windows - 1  # source indices: errors name the real sample
             return
         phase = int(np.random.default_rng(ss).integers(self.buffer_size)) if self.shuffle else 0
         it = iter(self._source_iter())
@@ -279,27 +286,28 @@ class PackingStream(IterableDataset):
                 return
             window += 1
 
-    def _plan(self, window: int, base: int, samples: list[Mapping]) -> list[list[Mapping]]:
+    def _plan(self, window: int, base: int | list[int], samples: list[Mapping]) -> list[list[Mapping]]:
+        at = base.__getitem__ if isinstance(base, list) else base.__add__  # sample j's index in the source
         try:
             if self.length_fn is not None:
                 lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
             else:
                 lengths = np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples))
         except Exception:  # find and name the bad sample (a length_fn may raise anything)
-            lengths = np.asarray([self._length(s, base + j) for j, s in enumerate(samples)], dtype=np.int64)
+            lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
-            raise ValueError(f"sample {base + j} has {int(lengths[j])} tokens; every sample needs at least one")
+            raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")
         if self.length_fn is not None:
-            self._check_reported(samples, lengths, base)
+            self._check_reported(samples, lengths, at)
         kept = samples
         if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
             kept, new_lengths = [], []
             for j, s in enumerate(samples):
-                for piece in self._overflow(s, base + j, int(lengths[j])):
+                for piece in self._overflow(s, at(j), int(lengths[j])):
                     kept.append(piece)
-                    new_lengths.append(self._length(piece, base + j))
+                    new_lengths.append(self._length(piece, at(j)))
             lengths = np.asarray(new_lengths, dtype=np.int64)
         if not kept:
             return []
@@ -314,7 +322,7 @@ class PackingStream(IterableDataset):
         perm = np.random.default_rng(order_seed).permutation(plan.num_packs).tolist()
         return [flat[offsets[p] : offsets[p + 1]] for p in perm]
 
-    def _check_reported(self, samples: list[Mapping], reported: np.ndarray, base: int) -> None:
+    def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
         """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""
         actual = np.fromiter(
             (len(ids) if (ids := _ids(s)) is not None else -1 for s in samples), np.int64, len(samples)
@@ -323,7 +331,7 @@ class PackingStream(IterableDataset):
         if under.size:
             j = int(under[0])
             raise ValueError(
-                f"sample {base + j}: length_fn says {int(reported[j])} tokens but its input_ids hold {int(actual[j])}; "
+                f"sample {at(j)}: length_fn says {int(reported[j])} tokens but its input_ids hold {int(actual[j])}; "
                 f"packs planned on it would exceed capacity {self.capacity} — length_fn must return at least the "
                 "tokens assemble_pack will place (len(sample['input_ids']) after any transform)"
             )
