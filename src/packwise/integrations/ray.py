@@ -22,7 +22,6 @@ directory on a filesystem every node sees at the same path.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -33,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from ..io._output import claim_output
 from ..io._read import FORMATS, SKIP_HINT, Format
-from ..io._write import FORMAT, METADATA, check_output_dir, shard_name, temp_dir
+from ..io._write import shard_name, write_metadata
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
@@ -130,12 +130,13 @@ def pack_ray(
     plan_args |= {"max_sequences_per_pack": max_sequences_per_pack, **(algorithm_options or {})}
     plan_packs([1], **plan_args)  # checks the algorithm and its options before any work
     plan_args |= {"min_packs": min_packs, "pack_count_multiple": pack_count_multiple}
-    out = check_output_dir(output, overwrite=overwrite)
+    out = claim_output(output, overwrite=overwrite)  # locked below; the caller commits when it opened it
+    owner = out._depth == 0
     timings: dict[str, float] = {}
     opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
     limit = capacity // alignment * alignment  # as pack_columns: the longest sequence that still fits once aligned
     opts |= {"capacity": limit, "overflow": overflow, "vision": vision}
-    with _session(num_cpus, ray_address):
+    with out, _session(num_cpus, ray_address):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus)
@@ -175,7 +176,7 @@ def pack_ray(
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        tmp = temp_dir(out)
+        tmp = out.staging()
         writers: list = []
         try:
             shards = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
@@ -207,7 +208,8 @@ def pack_ray(
                 algorithm_options=dict(algorithm_options or {}), multimodal=multimodal,
             )  # fmt: skip
             report.check()
-            _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
+            shard_list = [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards]
+            _commit(tmp, out if owner else None, report, shard_list)
         except BaseException as e:
             # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task
             # whose reply is in flight aborts the driver process (a fatal check in Ray's TaskManager, seen
@@ -335,18 +337,13 @@ def _assemble(ray, plan: PackPlan, stats: list, samples: list, per_shard: int, t
     return [shard for group in ray.get(writers) for shard in group]
 
 
-def _commit(tmp: Path, out: Path, report: PackReport, shards: list[dict]) -> None:
-    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it)."""
+def _commit(tmp: Path, out, report: PackReport, shards: list[dict]) -> None:
+    """``metadata.json`` as ``packwise pack`` writes it, then the staging committed into ``out`` (an OutputDir)."""
     from ..cli._pack import metadata
 
-    meta = {"format": FORMAT, **metadata(report), "shards": shards}
-    (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    old = out.parent / f".{out.name}.old-{os.getpid()}" if out.exists() else None
-    if old is not None:
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    write_metadata(tmp, metadata(report), shards)
+    if out is not None:
+        out.commit()
 
 
 __all__ = ["pack_dataset", "pack_ray"]
