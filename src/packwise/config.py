@@ -109,10 +109,11 @@ class Consumer(_Frozen):
 
 
 class Multimodal(_Frozen):
-    """Image sizing bounds (Qwen2-VL ``smart_resize``)."""
+    """Image sizing bounds (Qwen2-VL ``smart_resize``) and the media root images must be inside."""
 
     min_pixels: int = Field(56 * 56, ge=1)
     max_pixels: int = Field(28 * 28 * 16384, ge=1)
+    media_root: str | None = None  # images must be inside it; None: the input file's folder
 
     @model_validator(mode="after")
     def _bounds(self) -> Multimodal:
@@ -305,6 +306,10 @@ class PackingConfig(_Frozen):
             "min_packs": self.min_packs,
             "pack_count_multiple": self.pack_count_multiple,
             "alignment": self.resolved_alignment,
-            "vision": VisionSpec(min_pixels=self.multimodal.min_pixels, max_pixels=self.multimodal.max_pixels),
+            "vision": VisionSpec(
+                min_pixels=self.multimodal.min_pixels,
+                max_pixels=self.multimodal.max_pixels,
+                media_root=self.multimodal.media_root,
+            ),
             **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
         }

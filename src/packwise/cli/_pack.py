@@ -61,6 +61,12 @@ def pack(
     ] = None,
     min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = 56 * 56,
     max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = 28 * 28 * 16384,
+    media_root: Annotated[
+        str | None,
+        typer.Option(
+            help="Images must be inside this folder; relative paths are relative to it (default: INPUT's folder)."
+        ),
+    ] = None,
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
     write_report_files: Annotated[
         bool,
@@ -101,7 +107,7 @@ def pack(
         raise ValueError("--ray-address and --num-cpus apply to --engine ray; add --engine ray or drop them")
     given = {k: v for k, v in ctx.params.items() if _from_command_line(ctx, k)}
     options = {k: given[k] for k in CONFIG_FLAGS if k in given} if config else {k: ctx.params[k] for k in CONFIG_FLAGS}
-    for key in ("min_pixels", "max_pixels"):
+    for key in ("min_pixels", "max_pixels", "media_root"):
         if key in options:
             options.setdefault("multimodal", {})[key] = options.pop(key)
     if config:
@@ -155,6 +161,7 @@ def pack(
 CONFIG_FLAGS = (
     "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
     "max_sequences_per_pack", "min_packs", "pack_count_multiple", "alignment", "min_pixels", "max_pixels",
+    "media_root",
 )  # fmt: skip
 
 

@@ -140,6 +140,10 @@ def pack_ray(
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus)
+        if kind != "tokens":  # images: the same absolute media root as the local engine, in every worker
+            from ..pipeline._media import with_media_root
+
+            vision = opts["vision"] = with_media_root(vision, name)
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()

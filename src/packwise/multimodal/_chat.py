@@ -26,16 +26,14 @@ def is_multimodal(row: dict, key: str = "messages") -> bool:
     return isinstance(msgs, list) and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in msgs)
 
 
-def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tuple[str, tuple[int, int, int], str]:
-    if not isinstance(path, str) or not path:
-        raise BadRow(where, field, f"has an image path {path!r}; expected a non-empty string")
-    full = Path(path)
-    if not full.is_absolute():
-        full = base_dir / full
-    if not full.is_file():
-        raise BadRow(
-            where, field, f"names image {full}, which does not exist (relative paths are relative to the input file)"
-        )
+def _image(
+    path, base_dir: Path | None, spec: VisionSpec, where: str, field: str
+) -> tuple[str, tuple[int, int, int], str]:
+    from ..pipeline._media import resolve_media_path
+
+    full = resolve_media_path(
+        path, media_root=base_dir, where=where, field=field, kind="image"
+    )  # base_dir: the media root
     try:
         grid = image_grid(load_image(full, where), spec)
     except ValueError as e:
@@ -44,7 +42,7 @@ def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tu
     return str(full.resolve()), grid, text
 
 
-def expand_images(row: dict, key: str, *, base_dir: Path, spec: VisionSpec, where: str):
+def expand_images(row: dict, key: str, *, base_dir: Path | None, spec: VisionSpec, where: str):
     """``(messages with string content, [(absolute path, (t, h, w)), ...])`` in text order.
 
     Raises:

@@ -29,6 +29,8 @@ class VisionSpec:
         merge_size: patches merged per token side (2): one image token per ``merge²`` patches.
         temporal_patch_size: frames per temporal patch (2).
         image_token_id, vision_start_token_id, vision_end_token_id: Qwen2.5 special tokens.
+        media_root: the folder images must be inside; relative image paths are relative to it (None: the
+            input file's folder — see ``packwise.pipeline._media.resolve_media_path``).
     """
 
     min_pixels: int = QWEN2VL_MIN_PIXELS
@@ -39,6 +41,7 @@ class VisionSpec:
     image_token_id: int = 151655
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
+    media_root: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,6 +8,7 @@ truncates before the block (the image and its tokens go together, counted) or dr
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,77 @@ from ..io._read import BadRow
 from ..multimodal import VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"
+
+
+def default_media_root(name) -> Path | None:
+    """The media root when none is given: the input file's folder (a directory input: itself). None for
+    in-memory rows (built by the caller's own code, not read from a file): paths are then taken as given,
+    relative ones from the working directory."""
+    path = Path(str(name))
+    try:
+        if path.is_file():
+            return path.resolve().parent
+        if path.is_dir():
+            return path.resolve()
+    except OSError:
+        pass
+    return None
+
+
+def with_media_root(vision: VisionSpec | None, name) -> VisionSpec:
+    """``vision`` with ``media_root`` resolved to an absolute folder (default: :func:`default_media_root`)."""
+    vision = vision or VisionSpec()
+    root = Path(vision.media_root).expanduser().resolve() if vision.media_root else default_media_root(name)
+    return replace(vision, media_root=None if root is None else str(root))
+
+
+def resolve_media_path(
+    path, *, media_root: Path | str | None, where: str, field: str, kind: str = "media file"
+) -> Path:
+    """The absolute path of a media file (image, audio, video) named in a row, refused outside ``media_root``.
+
+    Relative paths are relative to ``media_root``; symbolic links are followed before the check, so a link
+    inside the root that points outside is refused too. ``media_root=None`` (in-memory rows) takes paths as
+    given. Every media kind calls this one function.
+
+    Raises:
+        BadRow: the path is not a non-empty string, leaves the media root, or does not exist — naming the
+            row, the field, the path and the fix (``--media-root`` / ``media_root=`` widens the root).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (root / "a.png").write_bytes(b"")
+        >>> resolve_media_path("a.png", media_root=root, where="row 0", field="images[0]") == root.resolve() / "a.png"
+        True
+        >>> resolve_media_path("../x.png", media_root=root, where="row 0", field="images[0]")
+        Traceback (most recent call last):
+        ...
+        packwise.io._read.BadRow: row 0: field 'images[0]' names media file ..., outside the media root ...
+    """
+    if not isinstance(path, str) or not path:
+        raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")
+    if media_root is None:  # in-memory rows without a media root: as given
+        full = Path(path).resolve()
+        if not full.is_file():
+            raise BadRow(where, field, f"names {kind} {full}, which does not exist")
+        return full
+    root = Path(media_root).resolve()
+    full = Path(path)
+    full = (full if full.is_absolute() else root / full).resolve()
+    if full != root and root not in full.parents:
+        raise BadRow(
+            where, field,
+            f"names {kind} {full}, outside the media root {root}; media files must be inside it",
+            "move the file there or pass --media-root (media_root=) a folder that contains it",
+        )  # fmt: skip
+    if not full.is_file():
+        raise BadRow(
+            where,
+            field,
+            f"names {kind} {full}, which does not exist (relative paths are relative to the media root {root})",
+        )
+    return full
 
 
 def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str) -> np.ndarray:

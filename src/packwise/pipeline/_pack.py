@@ -73,6 +73,9 @@ def pack_columns(
         tok = load_tokenizer(tokenizer) if tokenizer is not None else None
         samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=skip_bad_rows)
     else:
+        from ._media import with_media_root
+
+        vision = with_media_root(vision, raw.name)  # the same absolute root in metadata on both engines
         tok = load_tokenizer(tokenizer if tokenizer is not None else "qwen2.5")
         advance = progress("tokenize", raw.num_rows) if progress else None
         samples, skipped = tokenize_rows(

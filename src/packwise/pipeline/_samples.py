@@ -229,7 +229,9 @@ def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
             f"{where}: images need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = {vision.image_token_id}); "
             "use --tokenizer qwen2.5"
         )
-    base = Path(raw.name).parent if Path(raw.name).is_file() else Path.cwd()
+    from ._media import default_media_root
+
+    base = Path(vision.media_root) if vision.media_root else default_media_root(raw.name)  # None: rows in memory
     return expand_images(row, "messages", base_dir=base, spec=vision, where=where)
 
 
