@@ -31,9 +31,8 @@ def _image(
 ) -> tuple[str, tuple[int, int, int], str]:
     from ..pipeline._media import resolve_media_path
 
-    full = resolve_media_path(
-        path, media_root=base_dir, where=where, field=field, kind="image"
-    )  # base_dir: the media root
+    root = spec.media_root if spec.media_root is not None else base_dir  # base_dir: the input's folder
+    full = resolve_media_path(path, base=base_dir, media_root=root, where=where, field=field, kind="image")
     try:
         grid = image_grid(load_image(full, where), spec)
     except ValueError as e:

@@ -43,13 +43,13 @@ def with_media_root(vision: VisionSpec | None, name) -> VisionSpec:
 
 
 def resolve_media_path(
-    path, *, media_root: Path | str | None, where: str, field: str, kind: str = "media file"
+    path, *, base: Path | str | None, media_root: Path | str | None, where: str, field: str, kind: str = "media file"
 ) -> Path:
     """The absolute path of a media file (image, audio, video) named in a row, refused outside ``media_root``.
 
-    Relative paths are relative to ``media_root``; symbolic links are followed before the check, so a link
-    inside the root that points outside is refused too. ``media_root=None`` (in-memory rows) takes paths as
-    given. Every media kind calls this one function.
+    Relative paths are relative to ``base`` (the input file's folder; None: the working directory). The
+    resolved path — symbolic links followed, so a link inside the root that points outside is refused too —
+    must lie inside ``media_root`` (None: no bound, for in-memory rows). Every media kind calls this function.
 
     Raises:
         BadRow: the path is not a non-empty string, leaves the media root, or does not exist — naming the
@@ -57,36 +57,30 @@ def resolve_media_path(
 
     Example:
         >>> import tempfile, pathlib
-        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> root = pathlib.Path(tempfile.mkdtemp()).resolve()
         >>> _ = (root / "a.png").write_bytes(b"")
-        >>> resolve_media_path("a.png", media_root=root, where="row 0", field="images[0]") == root.resolve() / "a.png"
+        >>> resolve_media_path("a.png", base=root, media_root=root, where="row 0", field="images[0]") == root / "a.png"
         True
-        >>> resolve_media_path("../x.png", media_root=root, where="row 0", field="images[0]")
+        >>> resolve_media_path("../x.png", base=root, media_root=root, where="row 0", field="images[0]")
         Traceback (most recent call last):
         ...
         packwise.io._read.BadRow: row 0: field 'images[0]' names media file ..., outside the media root ...
     """
     if not isinstance(path, str) or not path:
         raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")
-    if media_root is None:  # in-memory rows without a media root: as given
-        full = Path(path).resolve()
-        if not full.is_file():
-            raise BadRow(where, field, f"names {kind} {full}, which does not exist")
-        return full
-    root = Path(media_root).resolve()
     full = Path(path)
-    full = (full if full.is_absolute() else root / full).resolve()
-    if full != root and root not in full.parents:
-        raise BadRow(
-            where, field,
-            f"names {kind} {full}, outside the media root {root}; media files must be inside it",
-            "move the file there or pass --media-root (media_root=) a folder that contains it",
-        )  # fmt: skip
+    full = (full if full.is_absolute() else Path(base or Path.cwd()) / full).resolve()
+    if media_root is not None:
+        root = Path(media_root).resolve()
+        if full != root and root not in full.parents:
+            raise BadRow(
+                where, field,
+                f"names {kind} {full}, outside the media root {root}; media files must be inside it",
+                "move the file there or pass --media-root (media_root=) a folder that contains it",
+            )  # fmt: skip
     if not full.is_file():
         raise BadRow(
-            where,
-            field,
-            f"names {kind} {full}, which does not exist (relative paths are relative to the media root {root})",
+            where, field, f"names {kind} {full}, which does not exist (relative paths are relative to the input file)"
         )
     return full
 

@@ -219,7 +219,6 @@ def _multimodal(row: dict) -> bool:
 
 
 def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
-    from pathlib import Path
 
     from ..multimodal import VisionSpec, expand_images
 
@@ -231,7 +230,7 @@ def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
         )
     from ._media import default_media_root
 
-    base = Path(vision.media_root) if vision.media_root else default_media_root(raw.name)  # None: rows in memory
+    base = default_media_root(raw.name)  # the input's folder; None for rows in memory (the cwd, unbounded)
     return expand_images(row, "messages", base_dir=base, spec=vision, where=where)
 
 
