@@ -67,6 +67,11 @@ def _load_yaml(text: str, path: Path):
     return yaml.load(text, Loader=NoAliases)  # a SafeLoader subclass
 
 
+def _one_line(e: Exception, limit: int = 300) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _merge(base: dict, overrides: dict) -> dict:
     """``overrides`` on top of ``base``, nested mappings merged key by key (a CLI flag changes one field)."""
     out = dict(base)
@@ -274,11 +279,11 @@ class PackingConfig(_Frozen):
         except ValueError as e:
             if str(e).startswith(f"config file {p}"):
                 raise
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {str(e)[:300]}") from None
+            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
         except RecursionError:
             raise ValueError(f"config file {p} cannot be parsed: nested too deep") from None
         except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {str(e)[:300]}") from None
+            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
         if not isinstance(data, dict):
             raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
         return cls(**_merge(data, overrides))
