@@ -270,3 +270,14 @@ def test_write_packed_library_call_is_owned_too(tmp_path):
     with pytest.raises(ValueError, match=r"holds files packwise did not write: keep\.txt"):
         write_packed(out, [pa.table({"input_ids": [[3]]})], 1, {"capacity": 2}, overwrite=True)
     assert load_packed(out).column("input_ids").to_pylist() == [[1, 2]]
+
+
+def test_files_written_later_by_packwise_report_are_owned_too(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert pack(data, out) == 0
+    assert main(["report", str(out), "-q", "--no-plots"]) == 0
+    assert json.loads((out / MANIFEST).read_text())["files"] == [
+        "metadata.json", "packs-00000-of-00001.parquet", "report.json", "report.md",
+    ]  # fmt: skip
+    assert pack(data, out, "--overwrite") == 0  # report.json and report.md are packwise's: replaced, not refused
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "metadata.json", "packs-00000-of-00001.parquet"]
