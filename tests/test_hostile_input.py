@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from packwise.cli import main
-from packwise.io import read_input, read_metadata
+from packwise.io import load_packed, read_input, read_metadata
 from packwise.io._read import parse_line
 from packwise.pipeline import pack_dataset
 from packwise.tokenize import encode_chats
@@ -261,7 +261,13 @@ def test_image_paths_stay_inside_the_media_root(tmp_path, capsys):
     )
     assert run(capsys, "pack", data, "-o", tmp_path / "o", "--media-root", tmp_path)[0] == 0
     assert read_metadata(tmp_path / "o")["multimodal"]["media_root"] == str(tmp_path)
+    assert load_packed(tmp_path / "o").column("image_paths").to_pylist() == [["elsewhere/x.png"]]  # root-relative
     row["messages"][0]["content"][0]["path"] = "in.png"  # relative to the input's folder, the default root
     data.write_text(json.dumps(row) + "\n")
     assert run(capsys, "pack", data, "-o", tmp_path / "o2")[0] == 0
     assert read_metadata(tmp_path / "o2")["multimodal"]["media_root"] == str(tmp_path / "data")
+    assert load_packed(tmp_path / "o2").column("image_paths").to_pylist() == [["in.png"]]
+    from packwise.torch import PackedParquetDataset
+
+    pack = PackedParquetDataset(tmp_path / "o2")[0]  # pixels re-read through the recorded root
+    assert pack.media["image_grid_thw"].tolist() == [[1, 4, 4]]

@@ -38,7 +38,9 @@ def _image(
     except ValueError as e:
         raise BadRow(where, field, f"names image {full}, which cannot be read ({e.__cause__ or e})") from e
     text = VISION_START + IMAGE_PAD * spec.tokens(grid) + VISION_END
-    return str(full.resolve()), grid, text
+    if spec.media_root is not None:  # recorded relative to the media root (metadata.json names the root)
+        return full.relative_to(Path(spec.media_root).resolve()).as_posix(), grid, text
+    return str(full), grid, text
 
 
 def expand_images(row: dict, key: str, *, base_dir: Path | None, spec: VisionSpec, where: str):

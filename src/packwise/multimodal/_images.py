@@ -102,6 +102,8 @@ def image_grid(image, spec: VisionSpec) -> tuple[int, int, int]:
 def process_images(paths: list, spec: VisionSpec, where: str = "pack"):
     """``pixel_values (patches, 3·temporal·patch²)`` float32 and ``image_grid_thw (images, 3)`` int64.
 
+    Relative ``paths`` (as packed outputs record them) are relative to ``spec.media_root``.
+
     Raises:
         ValueError: a missing or unreadable image.
     """
@@ -110,6 +112,8 @@ def process_images(paths: list, spec: VisionSpec, where: str = "pack"):
     if not paths:
         width = 3 * spec.temporal_patch_size * spec.patch_size**2
         return torch.zeros(0, width), torch.zeros(0, 3, dtype=torch.int64)
+    if spec.media_root is not None:
+        paths = [Path(spec.media_root) / p for p in paths]  # absolute paths stay as they are
     images = [load_image(p, where) for p in paths]
     out = spec.processor()(images=images, return_tensors="np")
     return torch.from_numpy(np.asarray(out["pixel_values"], dtype=np.float32)), torch.from_numpy(

@@ -23,7 +23,8 @@ class Samples:
         offsets: ``(N+1,)`` int64; sequence ``i`` is ``ids[offsets[i]:offsets[i+1]]``.
         source: ``(N,)`` int64 input row of each sequence.
         columns: other per-token columns, each ``(T,)``.
-        media: per sequence, its images ``[(absolute path, (t, h, w)), ...]`` in text order (None when
+        media: per sequence, its images ``[(path, (t, h, w)), ...]`` in text order, paths relative to the
+            vision media root when one is set, else absolute (None when
             the data has no images).
     """
 
