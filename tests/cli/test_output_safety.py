@@ -234,6 +234,7 @@ def test_sigkill_at_every_step_leaves_old_or_new_never_a_mix(tmp_path):
     assert seen == {2, 3}  # early kills keep the old output, later ones (after the journal) give the new
 
 
+@pytest.mark.slow  # three CLI interpreters: ~5 s
 def test_sigkill_during_packwise_pack_then_rerun(data, tmp_path):
     """The CLI killed while writing a shard, and after its commit point: old or new, and the rerun completes."""
     out = tmp_path / "out"
