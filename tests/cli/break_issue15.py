@@ -3,7 +3,8 @@ clean error / traceback / hang / silent wrong / data loss.
 
     PYTHONPATH=src python tests/cli/break_issue15.py [-k SUBSTRING]
 
-Every case runs the real CLI in a subprocess (4 GiB address-space limit, 60 s timeout) in a fresh folder.
+Every case runs the real CLI in a subprocess (4 GiB address-space limit but for Ray, 120 s timeout) in a fresh
+folder.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
 TOK = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 7, 2)]
 CHATML = Path(__file__).parents[2] / "src" / "packwise" / "templates" / "chatml.jinja"
-LIMIT_S = 60
+LIMIT_S = 120
 
 
 def jsonl(d: Path, rows, name="in.jsonl") -> Path:
@@ -547,6 +548,28 @@ def jsonl_huge_int(d):
     return ["pack", str(d / "in.jsonl"), "-o", str(d / "out"), "-q"], "error", [], None
 
 
+@case("input")
+def ray_deep_json(d):
+    (d / "in.jsonl").write_text(json.dumps(TOK[0]) + "\n" + deep(100_000) + "\n")
+    return (
+        ["pack", str(d / "in.jsonl"), "-o", str(d / "out"), "-q", "--engine", "ray", "--num-cpus", "1"],
+        "error",
+        [],
+        None,
+    )
+
+
+@case("input")
+def ray_gzip_named_jsonl(d):
+    (d / "in.jsonl").write_bytes(gzip.compress(b'{"input_ids": [1]}\n'))
+    return (
+        ["pack", str(d / "in.jsonl"), "-o", str(d / "out"), "-q", "--engine", "ray", "--num-cpus", "1"],
+        "error",
+        [],
+        None,
+    )
+
+
 # -- config ------------------------------------------------------------------------------------------------------
 LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
@@ -679,12 +702,30 @@ def image_root_missing(d):
     return argv, "error", [], None
 
 
+@case("paths")
+def images_list_escape(d):
+    image_rows(d, "in.png")
+    row = {"images": ["../img/x.png"], "messages": [{"role": "user", "content": "<image> what?"},
+                                                   {"role": "assistant", "content": "ok"}]}  # fmt: skip
+    return ["pack", str(jsonl(d / "data", [row], "l.jsonl")), "-o", str(d / "out"), "-q"], "error", [], None
+
+
+@case("files")
+def overwrite_with_user_symlink(d):
+    pre(d, *packed(d))
+    (d / "mine").mkdir()
+    (d / "mine" / "keep.txt").write_text("k")
+    os.symlink(d / "mine", d / "out" / "link")
+    return packed(d, "out", "--overwrite"), "error", ["mine/keep.txt", "out/link/keep.txt"], None
+
+
 CLEANUP: list = []
 
 
 def classify(name, argv, expect, keep, check, d: Path, before: dict) -> tuple[str, str]:
     def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        if "ray" not in argv:  # Ray's raylet reserves more address space than the cap: it fails to start
+            resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
     cmd = [sys.executable, "-c", "from packwise.cli import run; run()", *argv]
     t = time.time()
