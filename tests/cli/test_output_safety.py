@@ -136,8 +136,8 @@ def test_stale_staging_of_dead_runs_is_cleaned_and_reported(data, tmp_path, caps
     capsys.readouterr()
     assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--no-report", "--overwrite"]) == 0
     err = capsys.readouterr().err
-    assert f"cleaned: removed {stale}, the unfinished staging of an interrupted packwise run" in err
-    assert f"cleaned: removed {legacy}, the temporary directory of an interrupted packwise run" in err
+    assert f"note: removed {stale}, the unfinished staging of an interrupted packwise run" in err
+    assert f"note: removed {legacy}, the temporary directory of an interrupted packwise run" in err
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "metadata.json", "packs-00000-of-00001.parquet"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl", "out"]
 
@@ -282,3 +282,15 @@ def test_files_written_later_by_packwise_report_are_owned_too(data, tmp_path, ca
     ]  # fmt: skip
     assert pack(data, out, "--overwrite") == 0  # report.json and report.md are packwise's: replaced, not refused
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "metadata.json", "packs-00000-of-00001.parquet"]
+
+
+def test_a_filesystem_without_locks_is_written_with_a_note(data, tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert main(["pack", str(data), "-o", str(tmp_path / "out"), "--capacity", "8", "--no-report"]) == 0
+    assert f"{tmp_path / 'out'}: the filesystem has no file locks (No locks available)" in capsys.readouterr().err
+    assert read_metadata(tmp_path / "out")["packs"] == 3

@@ -118,7 +118,7 @@ def pack(
     data = chitchat_input if input_path is None else input_path
     with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work
         for note in dest.notes:
-            err.print(f"[yellow]cleaned:[/] {escape(note)}", highlight=False, soft_wrap=True)
+            err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if engine == "ray":
             from ..integrations.ray import pack_ray
 

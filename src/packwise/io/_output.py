@@ -199,7 +199,7 @@ class OutputDir:
                 raise ValueError(f"output {out} exists and is a file; pass a directory path") from None
         except OSError as e:
             raise ValueError(f"output {out}: cannot create it ({e.strerror}); pick a writable directory") from None
-        fd = _lock(out)
+        fd = _lock(out, self.notes)
         self._fd = fd
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
@@ -317,7 +317,11 @@ class OutputDir:
         self._fd = None
 
 
-def _lock(out: Path) -> int:
+#: flock errors of filesystems without locks (some FUSE mounts): packwise writes unlocked and says so.
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+def _lock(out: Path, notes: list | None = None) -> int:
     """An fd holding ``out/.packwise.lock`` exclusively; ValueError naming the holder when it is taken."""
     while True:  # lock the file that is at the path now (a finished run unlinks it while holding it)
         try:
@@ -327,6 +331,12 @@ def _lock(out: Path) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
+            if e.errno in _NO_LOCKS:
+                if notes is not None:
+                    notes.append(
+                        f"{out}: the filesystem has no file locks ({e.strerror}); a concurrent run is not detected"
+                    )
+                return fd
             holder = os.read(fd, 200).decode(errors="replace").strip() or "pid unknown"
             os.close(fd)
             if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
