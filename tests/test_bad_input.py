@@ -8,6 +8,7 @@ import json
 import pytest
 
 from packwise.cli import main
+from packwise.io import read_metadata
 from packwise.pipeline import pack_dataset
 
 GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
@@ -346,8 +347,16 @@ def test_killed_write_leaves_no_partial_dataset(tmp_path, write_jsonl):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     time.sleep(0.1)
-    assert not out.exists()  # nothing visible at the output path
-    assert all(p.name.startswith(".out.tmp-") for p in tmp_path.iterdir() if p.name != "data.jsonl")
+    with pytest.raises(ValueError, match="is not a packwise packed dataset"):  # no dataset visible at the path
+        read_metadata(out)
+    assert sorted(p.name.split("-")[:2] for p in out.iterdir()) == [[".packwise", "staging"], [".packwise.lock"]]
+    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "-q", "--no-report"]) == 0  # no --overwrite
+    assert read_metadata(out)["packs"] == 3
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".packwise-manifest.json",
+        "metadata.json",
+        "packs-00000-of-00001.parquet",
+    ]
 
 
 def test_same_input_same_bytes_and_plan_hash(tmp_path, write_jsonl, qwen):

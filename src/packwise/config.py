@@ -70,6 +70,32 @@ from ._build import ConfigBuilders
 from .plan import alignment_multiple
 from .plan._api import ALGORITHM_OPTIONS, MAX_CAPACITY, check_algorithm_options, resolve_algorithm
 
+#: Largest config file read (bytes): a PackingConfig is a few hundred bytes.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _load_yaml(text: str, path: Path):
+    """``yaml.safe_load`` without aliases: ``*name`` references are refused, so a small file cannot expand
+    into a huge structure ("billion laughs"); a PackingConfig never needs them."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ValueError(
+                    f"config file {path} line {mark.line + 1}: YAML aliases (*name) are not allowed in a packwise "
+                    "config; write the value out"
+                )
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)  # a SafeLoader subclass
+
+
+def _one_line(e: Exception, limit: int = 300) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def _merge(base: dict, overrides: dict) -> dict:
     """``overrides`` on top of ``base``, nested mappings merged key by key (a CLI flag changes one field)."""
@@ -113,10 +139,11 @@ class Consumer(_Frozen):
 
 
 class Multimodal(_Frozen):
-    """Image sizing bounds (Qwen2-VL ``smart_resize``)."""
+    """Image sizing bounds (Qwen2-VL ``smart_resize``) and the media root images must be inside."""
 
     min_pixels: int = Field(56 * 56, ge=1)
     max_pixels: int = Field(28 * 28 * 16384, ge=1)
+    media_root: str | None = None  # images must be inside it; None: the input file's folder
 
     @model_validator(mode="after")
     def _bounds(self) -> Multimodal:
@@ -320,12 +347,14 @@ class PackingConfig(ConfigBuilders, _Frozen):
             raise ValueError(f"config file {p} does not exist")
         if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
             raise ValueError(f"config file {p}: unknown extension {p.suffix!r}; use .yaml, .toml or .json")
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(
+                f"config file {p} is {p.stat().st_size} bytes, over the {MAX_CONFIG_BYTES} byte limit; is it a config?"
+            )
         try:
             text = p.read_text()
             if p.suffix in (".yaml", ".yml"):
-                import yaml
-
-                data = yaml.safe_load(text) or {}
+                data = _load_yaml(text, p) or {}
             elif p.suffix == ".toml":
                 import tomllib
 
@@ -334,8 +363,14 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 data = json.loads(text)
         except ModuleNotFoundError as e:  # tomllib on Python 3.10
             raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
-        except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, JSONDecodeError, UnicodeDecodeError
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {e}") from e
+        except ValueError as e:
+            if str(e).startswith(f"config file {p}"):
+                raise
+            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
+        except RecursionError:
+            raise ValueError(f"config file {p} cannot be parsed: nested too deep") from None
+        except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
+            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
         if not isinstance(data, dict):
             raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
         return cls(**_merge(data, overrides))
@@ -363,6 +398,10 @@ class PackingConfig(ConfigBuilders, _Frozen):
             "min_packs": self.min_packs,
             "pack_count_multiple": self.pack_count_multiple,
             "alignment": self.resolved_alignment,
-            "vision": VisionSpec(min_pixels=self.multimodal.min_pixels, max_pixels=self.multimodal.max_pixels),
+            "vision": VisionSpec(
+                min_pixels=self.multimodal.min_pixels,
+                max_pixels=self.multimodal.max_pixels,
+                media_root=self.multimodal.media_root,
+            ),
             **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
         }

@@ -27,7 +27,7 @@ def test_pack_writes_shards_and_metadata(data, tmp_path, capsys):
     assert (report["packs"], report["tokens_packed"], report["metrics"]["utilisation"]) == (3, 24, 1.0)
     files = sorted(p.name for p in out.iterdir())
     assert files == [
-        "metadata.json", "packs-00000-of-00002.parquet", "packs-00001-of-00002.parquet",
+        ".packwise-manifest.json", "metadata.json", "packs-00000-of-00002.parquet", "packs-00001-of-00002.parquet",
         "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
         "report.json", "report.md",
     ]  # fmt: skip

@@ -53,10 +53,20 @@ app.command(epilog="Exit codes: 0 ok, 1 bad lengths file or options, 2 usage.")(
 app.add_typer(config_app, name="config")
 
 
+def _short(value, limit: int = 80) -> str:
+    """``repr`` of a config value, cut to ``limit`` characters (containers are summarised, never expanded)."""
+    if isinstance(value, (dict, list, tuple, set)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _pydantic_error(x: dict) -> str:
     msg = str(x.get("msg", x)).removeprefix("Value error, ")
+    if len(msg) > 500:
+        msg = msg[:497] + "..."
     loc = ".".join(str(p) for p in x.get("loc", ()))
-    return f"{loc}={x.get('input')!r}: {msg}" if loc else msg
+    return f"{loc}={_short(x.get('input'))}: {msg}" if loc else msg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as e:
         errors = getattr(e, "errors", None)
         if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic: one line per broken rule
-            message = "; ".join(_pydantic_error(x) for x in e.errors())
+            message = "; ".join(_pydantic_error(x) for x in e.errors(include_url=False)[:10])
             err.print(f"[bold red]error:[/] invalid configuration: {escape(message)}", highlight=False, soft_wrap=True)
             return 1
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)

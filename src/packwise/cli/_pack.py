@@ -32,7 +32,10 @@ def pack(
         Path | None, typer.Argument(metavar="INPUT", help="JSONL, Parquet, or saved HF dataset dir; default: chitchat")
     ] = None,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Output directory (must be empty unless --overwrite).")
+        Path,
+        typer.Option(
+            "--output", "-o", help="Output directory (must be empty unless --overwrite; written in place, locked)."
+        ),
     ] = Path("packed"),
     capacity: Annotated[int, typer.Option(help="Tokens per pack.")] = 4096,
     algorithm: Annotated[
@@ -58,12 +61,20 @@ def pack(
     ] = None,
     min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = 56 * 56,
     max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = 28 * 28 * 16384,
+    media_root: Annotated[
+        str | None,
+        typer.Option(
+            help="Images must be inside this folder; relative paths are relative to it (default: INPUT's folder)."
+        ),
+    ] = None,
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
     write_report_files: Annotated[
         bool,
         typer.Option("--report/--no-report", help="Write report.json, report.md and report-*.png next to the data."),
     ] = True,
-    overwrite: Annotated[bool, typer.Option(help="Replace a non-empty output directory.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace the files an earlier packwise run wrote there (refuses if others exist).")
+    ] = False,
     engine: Annotated[
         str,
         typer.Option(
@@ -84,7 +95,8 @@ def pack(
 ) -> None:
     """Tokenize, plan and write packed, training-ready Parquet with exact token accounting."""
     from ..config import PackingConfig
-    from ..io._write import check_output_dir, write_packed
+    from ..io._output import OutputDir
+    from ..io._write import write_packed
     from ..pipeline import pack_columns
     from ..pipeline._demo import chitchat_input
     from ..report import plot_dependency_error, write_report
@@ -97,21 +109,23 @@ def pack(
         raise ValueError("--ray-address and --num-cpus apply to --engine ray; add --engine ray or drop them")
     given = {k: v for k, v in ctx.params.items() if _from_command_line(ctx, k)}
     options = {k: given[k] for k in CONFIG_FLAGS if k in given} if config else {k: ctx.params[k] for k in CONFIG_FLAGS}
-    for key in ("min_pixels", "max_pixels"):
+    for key in ("min_pixels", "max_pixels", "media_root"):
         if key in options:
             options.setdefault("multimodal", {})[key] = options.pop(key)
     if config:
         cfg = PackingConfig.from_file(config, **options)
     else:
         cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
-    check_output_dir(output, overwrite=overwrite, inputs=() if input_path is None else (input_path,))
+    dest = OutputDir(output, overwrite=overwrite, inputs=() if input_path is None else (input_path,))
     data = chitchat_input if input_path is None else input_path
-    with progress_bars(quiet or json_out) as progress:
+    with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work
+        for note in dest.notes:
+            err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if engine == "ray":
             from ..integrations.ray import pack_ray
 
             report = pack_ray(
-                chitchat_input() if input_path is None else input_path, output, **cfg.pipeline_kwargs(),
+                chitchat_input() if input_path is None else input_path, dest, **cfg.pipeline_kwargs(),
                 format=input_format, packs_per_shard=packs_per_shard, overwrite=overwrite, num_cpus=num_cpus,
                 ray_address=ray_address,
             )  # fmt: skip
@@ -122,16 +136,18 @@ def pack(
             bounds = list(range(0, n, packs_per_shard)) or [0]
             tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
             advance = progress("write", n) if progress else None
-            write_packed(output, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
+            write_packed(dest, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
             report.timings["write"] = time.perf_counter() - t
         report_files = []
         if write_report_files:
             t = time.perf_counter()
             advance = progress("report", 1) if progress else None  # plots take a second or more
-            report_files = write_report(output, report)
+            report_files = write_report(dest.staging(), report)
             if advance:
                 advance(1)
             report.timings["report"] = time.perf_counter() - t
+        dest.commit()
+        report_files = [output / f.name for f in report_files]
     if json_out:
         files = [str(f) for f in report_files]
         out.print_json(json.dumps({**report.to_dict(), "output": str(output), "report_files": files}))
@@ -150,6 +166,7 @@ def pack(
 CONFIG_FLAGS = (
     "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
     "max_sequences_per_pack", "min_packs", "pack_count_multiple", "alignment", "min_pixels", "max_pixels",
+    "media_root",
 )  # fmt: skip
 
 

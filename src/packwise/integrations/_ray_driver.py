@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import numpy as np
 
 from ..io._read import SKIP_HINT
-from ..io._write import FORMAT, METADATA
+from ..io._write import FORMAT, write_metadata
 from ..pipeline._report import PackReport
 from ..plan import plan_packs
 from ._ray_fs import RemoteOutput
@@ -87,18 +85,15 @@ def _metrics(plan, fills: np.ndarray, pad: int):
 
 
 def _commit(tmp, out, report: PackReport, shards: list[dict]) -> None:
-    """``metadata.json`` as ``packwise pack`` writes it, then ``tmp`` renamed to ``out`` (replacing it); for
-    remote output, shards moved from the temporary prefix and ``metadata.json`` written last."""
+    """``metadata.json`` as ``packwise pack`` writes it, then the staging committed into ``out`` (an
+    ``OutputDir``; None when the caller that opened it commits); for remote output, shards moved from the
+    temporary prefix and ``metadata.json`` written last."""
     from ..cli._pack import metadata
 
-    meta = {"format": FORMAT, **metadata(report), "shards": shards}
     if isinstance(out, RemoteOutput):
+        meta = {"format": FORMAT, **metadata(report), "shards": shards}
         out.commit([s["file"] for s in shards], json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return
-    (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    old = out.parent / f".{out.name}.old-{os.getpid()}" if out.exists() else None
-    if old is not None:
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    write_metadata(tmp, metadata(report), shards)
+    if out is not None:
+        out.commit()

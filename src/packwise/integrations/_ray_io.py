@@ -14,7 +14,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..io._read import RawInput, _digest, _hf_files, detect_format, detect_kind, from_rows, parse_line
+from ..io._read import (
+    RawInput,
+    _digest,
+    _hf_files,
+    check_jsonl_file,
+    detect_format,
+    detect_kind,
+    from_rows,
+    parquet_files,
+    parse_line,
+)
 from ._ray_fs import Loc, digest, hf_files, read_arrow, resolve
 
 PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
@@ -56,6 +66,7 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
         raise ValueError(f"input {path} does not exist")
     fmt = fmt or detect_format(path)
     if fmt == "jsonl":
+        check_jsonl_file(path)  # a directory, or a gzip/Parquet file named .jsonl: the local reader's message
         kind = _jsonl_kind(path, skip)
         step = min(max(math.ceil(path.stat().st_size / (PIECES_PER_CPU * cpus)), PIECE_BYTES[0]), PIECE_BYTES[1])
         ranges = _jsonl_ranges(path, step)
@@ -70,7 +81,7 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
         return str(path), kind, pieces, ray.remote(_digest).remote(files)
     import pyarrow.parquet as pq
 
-    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    files = parquet_files(path)  # complete shard sets, as the local reader checks
     try:  # the local reader's message for a file that is not Parquet or files whose columns clash
         schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="default")
         footers = [pq.ParquetFile(f).metadata for f in files]

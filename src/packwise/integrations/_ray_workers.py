@@ -136,6 +136,7 @@ def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_star
         cols = {k: v[idx] for k, v in samples.columns.items()}
         part = Samples(samples.ids[idx], samples.labels[idx], offsets, samples.source[sel] + row_start, cols)
         part.media = None if samples.media is None else [samples.media[i] for i in sel]
+        part.media_root = samples.media_root
         out.append((part, pos[sel], seq_start + sel) if sel.size else None)
     out.append(_pad_share(samples.lengths, seq_start, batch))
     return tuple(out)
@@ -183,6 +184,7 @@ def _write_group(meta: tuple, *parts):
     samples = Samples(ids, labels, seq_offsets, cat([p.source for p, _, _ in parts], "int64"), cols)
     if MEDIA_TYPES in columns:
         samples.media = [m for piece in media for m in piece]
+        samples.media_root = next((p.media_root for p, _, _ in parts if p.media_root), None)
     pos = cat([q for _, q, _ in parts], "int64")
     order = np.argsort(pos)
     seq = cat([s for _, _, s in parts], "int64")[order]

@@ -32,14 +32,15 @@ import math
 import os
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
+from ..io._output import claim_output
 from ..io._read import FORMATS, Format
-from ..io._write import check_output_dir, shard_name, temp_dir
+from ..io._write import shard_name
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
@@ -150,17 +151,22 @@ def pack_ray(
     plan_args |= {"min_packs": min_packs, "pack_count_multiple": pack_count_multiple}
     remote = resolve(output, filesystem)
     if remote is not None:
-        out = RemoteOutput(remote, overwrite=overwrite)
-    else:
-        out = check_output_dir(output, overwrite=overwrite)
+        out, owner, claim = RemoteOutput(remote, overwrite=overwrite), True, nullcontext()
+    else:  # locked below; the caller commits when it opened it
+        out = claim = claim_output(output, overwrite=overwrite)
+        owner = out._depth == 0
     timings: dict[str, float] = {}
     opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
     limit = capacity // alignment * alignment  # as pack_columns: the longest sequence that still fits once aligned
     opts |= {"capacity": limit, "overflow": overflow, "vision": vision}
-    with _session(num_cpus, ray_address, runtime_env):
+    with claim, _session(num_cpus, ray_address, runtime_env):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus, filesystem)
+        if kind != "tokens" and remote is None:  # images: the local engine's absolute media root, in every worker
+            from ..pipeline._media import with_media_root
+
+            vision = opts["vision"] = with_media_root(vision, name)
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -196,7 +202,7 @@ def pack_ray(
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        tmp = out.start() if remote is not None else temp_dir(out)
+        tmp = out.start() if remote is not None else out.staging()
         writers: list = []
         try:
             shards, fills, order, pad = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
@@ -230,7 +236,8 @@ def pack_ray(
                 pad_tokens_removed=sum(s.get("pads", 0) for s in stats),
             )  # fmt: skip
             report.check()
-            _commit(tmp, out, report, [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards])
+            shard_list = [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards]
+            _commit(tmp, out if owner else None, report, shard_list)
             tmp = None
         except BaseException as e:
             # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task

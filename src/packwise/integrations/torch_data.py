@@ -150,7 +150,9 @@ class PackedParquetDataset(Dataset):
         spec = VisionSpec(**{k: v for k, v in (self.metadata.get("multimodal") or {}).items() if k in fields})
         paths = row.column("image_paths")[0].as_py()
         if "image_sha256" in row.column_names:  # outputs of packwise < 0.x carry no hashes
-            self._check_digests(paths, row.column("image_sha256")[0].as_py(), index)
+            root = Path(spec.media_root) if spec.media_root else None  # recorded paths are relative to it
+            full = [str(root / p) if root else p for p in paths]
+            self._check_digests(full, row.column("image_sha256")[0].as_py(), index)
         grids = np.asarray(row.column("image_grid_thw")[0].as_py(), dtype=np.int64).reshape(-1, 3)
         per_seq = row.column("images_per_sequence")[0].as_py()
         pixels, grid = process_images(paths, spec, where=f"{self.path} pack {index}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -91,6 +93,12 @@ def detect_format(path: Path) -> Format:
             return "hf"
         if any(path.glob("*.parquet")):
             return "parquet"
+        if (path / "dataset_dict.json").exists():
+            splits = sorted(p.name for p in path.iterdir() if (p / "state.json").exists())
+            raise ValueError(
+                f"input {path} is a saved DatasetDict (splits: {', '.join(splits) or 'none'}); pass one split's "
+                f"folder, e.g. {path / (splits[0] if splits else 'train')}"
+            )
         raise ValueError(f"input {path}: a directory without *.arrow (saved HF dataset) or *.parquet files")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
@@ -115,35 +123,126 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
         raise ValueError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
     if fmt == "jsonl":
         return _read_jsonl(path, skip_bad_rows)
+    if not path.is_dir() and fmt == "hf":
+        raise ValueError(f"input {path}: --format hf reads a save_to_disk directory, not a file; pass the directory")
+    files = parquet_files(path) if fmt == "parquet" else _hf_files(path)
+    tables = []
+    for f in files:
+        try:
+            tables.append(_read_parquet(f) if fmt == "parquet" else _read_arrow(f))
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"input {path}: {f.name} cannot be read as {fmt} ({e}); replace or remove it") from e
     try:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-            table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
-        else:
-            files = _hf_files(path)
-            table = pa.concat_tables([_read_arrow(f) for f in files], promote_options="default")
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"input {path} cannot be read as {fmt}: {e}") from e
+        table = pa.concat_tables(tables, promote_options="default")
+    except pa.ArrowException as e:
+        first = tables[0].schema
+        bad = next((f for f, t in zip(files, tables) if not _compatible(first, t.schema)), files[-1])
+        raise ValueError(
+            f"input {path}: {bad.name} has columns that do not match {files[0].name}'s ({e}); every file of a "
+            "dataset needs the same columns and types — remove or convert it"
+        ) from e
     if table.num_rows == 0:
         raise ValueError(f"input {path} is empty (no rows)")
     kind = detect_kind(table.column_names, str(path))
     return RawInput(name=str(path), kind=kind, table=table, fingerprint=_digest(files))
 
 
-def _hf_files(path: Path) -> list[Path]:
-    state = path / "state.json"
-    if state.exists():
+_SHARD = re.compile(r"^(?P<stem>.*?)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>\w+)$")
+
+
+def _check_shard_set(path: Path, names: list[str]) -> None:
+    """Files named ``NAME-00001-of-00003.EXT`` (HF, Spark, Dask) must all be present: none missing."""
+    groups: dict[tuple[str, str, int], set[int]] = {}
+    for name in names:
+        if m := _SHARD.match(name):
+            groups.setdefault((m["stem"], m["ext"], int(m["n"])), set()).add(int(m["i"]))
+    for (stem, ext, n), have in sorted(groups.items()):
+        missing = [f"{stem}-{i:05d}-of-{n:05d}.{ext}" for i in range(n) if i not in have]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise ValueError(
+                f"input {path} is incomplete: {', '.join(missing[:3])}{more} missing ({len(have)} of {n} shards "
+                "present); an interrupted download or save — fetch or save the dataset again"
+            )
+
+
+def parquet_files(path: Path) -> list[Path]:
+    """The Parquet files of an input (a file, or a directory's ``*.parquet``), checked complete.
+
+    Raises:
+        ValueError: a shard of a ``-NNNNN-of-NNNNN`` set is missing, or a ``_metadata`` summary file
+            counts other rows than the files hold.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return [path]
+    files = sorted(path.glob("*.parquet"))
+    _check_shard_set(path, [f.name for f in files])
+    summary = path / "_metadata"  # a pyarrow/Dask/Spark dataset summary: its row count must match
+    if summary.is_file() and files:
+        import pyarrow.parquet as pq
+
         try:
-            entries = json.loads(state.read_text()).get("_data_files", [])
-            files = [path / f["filename"] for f in entries]
-        except (ValueError, AttributeError, TypeError, KeyError) as e:
-            raise ValueError(f"input {path}: state.json is not a saved HF dataset's ({type(e).__name__}: {e})") from e
-    else:
-        files = sorted(path.glob("*.arrow"))
+            expected = pq.read_metadata(summary).num_rows
+            actual = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"input {path}: cannot read the Parquet footers ({e})") from e
+        if expected != actual:
+            raise ValueError(
+                f"input {path}: _metadata counts {expected} rows but the *.parquet files hold {actual}; files are "
+                "missing or extra — fetch the dataset again"
+            )
+    return files
+
+
+def _read_parquet(f: Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(f)
+
+
+def _compatible(a: pa.Schema, b: pa.Schema) -> bool:
+    try:
+        pa.unify_schemas([a, b], promote_options="default")
+    except pa.ArrowException:
+        return False
+    return True
+
+
+def _hf_files(path: Path) -> list[Path]:
+    """The ``.arrow`` files a ``save_to_disk`` folder's ``state.json`` lists, all present and inside it."""
+    state = path / "state.json"
+    arrows = sorted(p.name for p in path.glob("*.arrow"))
+    if not state.exists():
+        raise ValueError(
+            f"input {path} has no state.json, so it is not a complete save_to_disk folder (save_to_disk writes "
+            f"state.json last: the save was interrupted, or this is a cache folder; found {len(arrows)} .arrow "
+            "files); save the dataset again with Dataset.save_to_disk"
+        )
+    try:
+        entries = json.loads(state.read_text()).get("_data_files", [])
+        names = [f["filename"] for f in entries]
+    except (ValueError, AttributeError, TypeError, KeyError) as e:
+        raise ValueError(f"input {path}: state.json is not a saved HF dataset's ({type(e).__name__}: {e})") from e
+    root = path.resolve()
+    files = []
+    for name in names:
+        full = (path / str(name)).resolve()
+        if not isinstance(name, str) or root not in full.parents:
+            raise ValueError(
+                f"input {path}: state.json names data file {name!r}, which is outside the dataset folder; "
+                "refused — the dataset's files must be inside it"
+            )
+        files.append(path / name)
     if not files:
-        raise ValueError(f"input {path}: no saved HF dataset files (*.arrow); pass a dataset saved with save_to_disk")
+        raise ValueError(f"input {path}: state.json lists no data files; save the dataset again")
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ValueError(
+            f"input {path} is incomplete: {', '.join(missing[:3])} listed in state.json "
+            f"{'is' if len(missing) == 1 else 'are'} missing; save the dataset again"
+        )
+    _check_shard_set(path, names)
     return files
 
 
@@ -156,17 +255,56 @@ def _read_arrow(path: Path) -> pa.Table:
 
 
 def parse_line(raw: bytes, path, lineno: int, *, hint: str = SKIP_HINT) -> dict:
-    """One JSONL line as a dict; ``ValueError`` naming the file, line and JSON error, then ``hint``."""
+    """One JSONL line as a dict; ``ValueError`` naming the file, line and JSON error, then ``hint``.
+
+    Nesting deeper than Python's recursion limit (about 1,000 levels) is refused with the same message shape.
+    """
     try:
         row = json.loads(raw)
         if not isinstance(row, dict):
             raise ValueError(f"expected a JSON object, got {type(row).__name__}")
     except ValueError as e:
         raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {hint}") from None
+    except RecursionError:
+        raise ValueError(
+            f"{path} line {lineno}: malformed JSON (nested more than about {sys.getrecursionlimit()} levels of "
+            f"[ or {{ deep); {hint}"
+        ) from None
     return row
 
 
+#: File signatures that mean the file is not JSON text (checked on the first bytes of a .jsonl input).
+_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed", "decompress it: gunzip -c {p} > data.jsonl"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it: zstd -d {p} -o data.jsonl"),
+    (b"BZh", "bzip2-compressed", "decompress it: bunzip2 -k {p}"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "decompress it: unxz -k {p}"),
+    (b"PK\x03\x04", "a zip archive", "extract it: unzip {p}"),
+    (b"PAR1", "a Parquet file", "rename it to .parquet or pass --format parquet"),
+    (b"ARROW1", "an Arrow file", "load it with datasets and save_to_disk, then pass the folder"),
+)
+
+
+def check_jsonl_file(path: Path) -> None:
+    """Refuse a directory, or a file whose first bytes say it is compressed, an archive or Parquet.
+
+    Raises:
+        ValueError: naming the path, what it is and the fix.
+    """
+    if path.is_dir():
+        raise ValueError(
+            f"input {path} is a directory; --format jsonl reads one file: pass the .jsonl file itself "
+            "(or a Parquet / saved HF dataset directory without --format jsonl)"
+        )
+    with open(path, "rb") as f:
+        head = f.read(8)
+    for magic, what, fix in _MAGIC:
+        if head.startswith(magic) and not (what == "bzip2-compressed" and not head[3:4].isdigit()):
+            raise ValueError(f"input {path} is {what}, not JSON lines; {fix.format(p=path)}")
+
+
 def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:
+    check_jsonl_file(path)
     rows: list = []
     lines: list[int] = []
     errors: list[tuple[int, str]] = []

@@ -7,17 +7,18 @@ Layout::
       packs-00001-of-00002.parquet
       metadata.json                  settings, fingerprints, token accounting, metrics, plan_hash
 
-Everything is written into a temporary sibling directory and renamed into place at the end, so an
-interrupted write never leaves a partial dataset at ``OUT``. The output holds no timestamps or timings:
-the same input and settings give byte-identical files.
+Everything is written into a staging directory inside ``OUT`` and moved into place under an exclusive lock
+with a commit journal (see :mod:`packwise.io._output`), so an interrupted write leaves the old complete
+output or the new complete one, never a mix, and ``--overwrite`` removes only files packwise wrote
+(``.packwise-manifest.json`` names them). The output holds no timestamps or timings: the same input and
+settings give byte-identical files.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,16 +35,12 @@ def shard_name(i: int, n: int) -> str:
 
 
 def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
-    """Refuse an unusable output path before any work is done.
-
-    ``overwrite`` only ever replaces an earlier packwise output (a directory with a packwise
-    ``metadata.json``) or an empty directory — never a directory holding anything else, the current
-    directory, or the input.
+    """Refuse an unusable output path before any work is done (its contents are checked under the lock by
+    :class:`~packwise.io._output.OutputDir`: ``overwrite`` only ever removes files packwise wrote).
 
     Raises:
-        ValueError: ``out`` is a file, a non-empty directory without ``overwrite``, a non-empty directory
-            that is not a packwise output, the input or a directory containing it, or below a file or an
-            unwritable directory.
+        ValueError: ``out`` is a file, a dangling link, the current directory, the input or a directory
+            containing it, or below a file or an unwritable directory.
     """
     out = Path(out)
     if out.is_symlink() and not out.exists():
@@ -57,14 +54,10 @@ def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
             raise ValueError(f"output {out} is or contains the input {src}; write the packs somewhere else")
     if resolved == Path.cwd().resolve():
         raise ValueError(f"output {out} is the current directory; pass a new directory, e.g. -o packed")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise ValueError(f"output directory {out} is not empty; pass --overwrite (overwrite=True) or another path")
-        if not _is_packwise_output(out):
-            raise ValueError(
-                f"output directory {out} is not empty and is not a packwise output (no packwise metadata.json); "
-                "--overwrite only replaces earlier packwise outputs — pass a new or empty directory"
-            )
+    if resolved.is_dir():  # written in place (a mount point works): its own permissions count
+        if not os.access(resolved, os.W_OK | os.X_OK):
+            raise ValueError(f"output {out}: no permission to write in it")
+        return out
     parent = resolved.parent
     while not parent.exists():
         parent = parent.parent
@@ -73,28 +66,6 @@ def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"output {out}: no permission to write in {parent}")
     return out
-
-
-def _is_packwise_output(path: Path) -> bool:
-    try:
-        return json.loads((path / METADATA).read_text()).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def temp_dir(out: Path) -> Path:
-    """A new temporary directory next to ``out`` (renamed onto it when complete), with the umask's mode."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    except OSError as e:
-        raise ValueError(
-            f"output {out}: cannot create it in {out.parent} ({e.strerror}); pick a writable directory"
-        ) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
-    return tmp
 
 
 def write_packed(
@@ -106,23 +77,29 @@ def write_packed(
     overwrite: bool = False,
     on_shard: Callable[[int], None] | None = None,
 ) -> Path:
-    """Write shards and ``metadata.json`` to ``out`` atomically (temporary directory, then rename).
+    """Write shards and ``metadata.json`` to ``out``: staged, then committed under the output's lock.
 
     Args:
         out: output directory.
         tables: one Arrow table per shard, in order.
         num_shards: how many tables ``tables`` yields.
         metadata: JSON-serialisable settings and counts; ``format`` and ``shards`` are added.
-        overwrite: replace an existing non-empty ``out``.
+        overwrite: replace the files an earlier packwise run wrote in ``out`` (nothing else).
         on_shard: called with the packs written after each shard.
 
+    ``out`` may be an open :class:`~packwise.io._output.OutputDir`: the files are then staged and the
+    caller commits (``packwise pack`` adds its report files first).
+
     Raises:
-        ValueError: ``out`` is not empty and ``overwrite`` is False.
+        ValueError: ``out`` is not empty and ``overwrite`` is False, holds files packwise did not write,
+            or another run is writing it.
     """
-    out = check_output_dir(out, overwrite=overwrite)
-    out = out.resolve()
-    tmp = temp_dir(out)
-    try:
+    from ._output import claim_output
+
+    dest = claim_output(out, overwrite=overwrite)
+    owner = dest._depth == 0  # the caller did not open it: this call commits and releases
+    with dest:
+        tmp = dest.staging()
         shards = []
         for i, table in enumerate(tables):
             name = shard_name(i, num_shards)
@@ -132,19 +109,19 @@ def write_packed(
                 on_shard(table.num_rows)
         if len(shards) != num_shards:
             raise RuntimeError(f"packwise internal error: wrote {len(shards)} of {num_shards} shards")
-        meta = {"format": FORMAT, **metadata, "shards": shards}
-        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+        write_metadata(tmp, metadata, shards)
+        if owner:
+            dest.commit()
+    if owner:
+        for note in dest.notes:
+            warnings.warn(note, stacklevel=2)
+    return dest.path
+
+
+def write_metadata(directory: Path, metadata: dict, shards: list[dict]) -> None:
+    """``metadata.json`` (``format``, the settings and counts, ``shards``) into ``directory``."""
+    meta = {"format": FORMAT, **metadata, "shards": shards}
+    (directory / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def read_metadata(path) -> dict:
@@ -154,6 +131,7 @@ def read_metadata(path) -> dict:
         ValueError: ``path`` is not a packwise packed dataset.
     """
     path = Path(path)
+    _finish_interrupted(path)
     meta_path = path / METADATA
     if not meta_path.exists():
         raise ValueError(f"{path} is not a packwise packed dataset (no {METADATA}); write one with `packwise pack`")
@@ -172,6 +150,22 @@ def read_metadata(path) -> dict:
             f"{meta_path}: 'shards' must list {{file, packs}} entries; the file was edited — re-run packwise pack"
         )
     return meta
+
+
+def _finish_interrupted(path: Path) -> None:
+    """Roll an interrupted commit forward (its journal is present) so a reader never sees a mix."""
+    from ._output import JOURNAL, finish_interrupted
+
+    if not (path / JOURNAL).exists():
+        return
+    try:
+        finish_interrupted(path)
+    except ValueError as e:
+        if (path / JOURNAL).exists():
+            raise ValueError(
+                f"{path}: a packwise write is replacing the files ({JOURNAL} is present) and cannot be finished "
+                f"here ({e}); wait for the run, or run packwise pack -o {path} again"
+            ) from None
 
 
 def packed_files(path) -> list[Path]:

@@ -26,25 +26,24 @@ def is_multimodal(row: dict, key: str = "messages") -> bool:
     return isinstance(msgs, list) and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in msgs)
 
 
-def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tuple[str, tuple[int, int, int], str]:
-    if not isinstance(path, str) or not path:
-        raise BadRow(where, field, f"has an image path {path!r}; expected a non-empty string")
-    full = Path(path)
-    if not full.is_absolute():
-        full = base_dir / full
-    if not full.is_file():
-        raise BadRow(
-            where, field, f"names image {full}, which does not exist (relative paths are relative to the input file)"
-        )
+def _image(
+    path, base_dir: Path | None, spec: VisionSpec, where: str, field: str
+) -> tuple[str, tuple[int, int, int], str]:
+    from ..pipeline._media import resolve_media_path
+
+    root = spec.media_root if spec.media_root is not None else base_dir  # base_dir: the input's folder
+    full = resolve_media_path(path, base=base_dir, media_root=root, where=where, field=field, kind="image")
     try:
         grid = image_grid(load_image(full, where), spec)
     except ValueError as e:
         raise BadRow(where, field, f"names image {full}, which cannot be read ({e.__cause__ or e})") from e
     text = VISION_START + IMAGE_PAD * spec.tokens(grid) + VISION_END
-    return str(full.resolve()), grid, text
+    if spec.media_root is not None:  # recorded relative to the media root (metadata.json names the root)
+        return full.relative_to(Path(spec.media_root).resolve()).as_posix(), grid, text
+    return str(full), grid, text
 
 
-def expand_images(row: dict, key: str, *, base_dir: Path, spec: VisionSpec, where: str):
+def expand_images(row: dict, key: str, *, base_dir: Path | None, spec: VisionSpec, where: str):
     """``(messages with string content, [(absolute path, (t, h, w)), ...])`` in text order.
 
     Raises:

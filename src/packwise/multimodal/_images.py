@@ -29,6 +29,8 @@ class VisionSpec:
         merge_size: patches merged per token side (2): one image token per ``merge²`` patches.
         temporal_patch_size: frames per temporal patch (2).
         image_token_id, vision_start_token_id, vision_end_token_id: Qwen2.5 special tokens.
+        media_root: the folder images must be inside; relative image paths are relative to it (None: the
+            input file's folder — see ``packwise.pipeline._media.resolve_media_path``).
     """
 
     min_pixels: int = QWEN2VL_MIN_PIXELS
@@ -39,6 +41,7 @@ class VisionSpec:
     image_token_id: int = 151655
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
+    media_root: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +102,8 @@ def image_grid(image, spec: VisionSpec) -> tuple[int, int, int]:
 def process_images(paths: list, spec: VisionSpec, where: str = "pack"):
     """``pixel_values (patches, 3·temporal·patch²)`` float32 and ``image_grid_thw (images, 3)`` int64.
 
+    Relative ``paths`` (as packed outputs record them) are relative to ``spec.media_root``.
+
     Raises:
         ValueError: a missing or unreadable image.
     """
@@ -107,6 +112,8 @@ def process_images(paths: list, spec: VisionSpec, where: str = "pack"):
     if not paths:
         width = 3 * spec.temporal_patch_size * spec.patch_size**2
         return torch.zeros(0, width), torch.zeros(0, 3, dtype=torch.int64)
+    if spec.media_root is not None:
+        paths = [Path(spec.media_root) / p for p in paths]  # absolute paths stay as they are
     return process_images_in_memory([load_image(p, where) for p in paths], spec)
 
 

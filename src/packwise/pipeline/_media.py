@@ -8,6 +8,7 @@ truncates before the block (the image and its tokens go together, counted) or dr
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,71 @@ from ..io._read import BadRow
 from ..multimodal import VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"
+
+
+def default_media_root(name) -> Path | None:
+    """The media root when none is given: the input file's folder (a directory input: itself). None for
+    in-memory rows (built by the caller's own code, not read from a file): paths are then taken as given,
+    relative ones from the working directory."""
+    path = Path(str(name))
+    try:
+        if path.is_file():
+            return path.resolve().parent
+        if path.is_dir():
+            return path.resolve()
+    except OSError:
+        pass
+    return None
+
+
+def with_media_root(vision: VisionSpec | None, name) -> VisionSpec:
+    """``vision`` with ``media_root`` resolved to an absolute folder (default: :func:`default_media_root`)."""
+    vision = vision or VisionSpec()
+    root = Path(vision.media_root).expanduser().resolve() if vision.media_root else default_media_root(name)
+    return replace(vision, media_root=None if root is None else str(root))
+
+
+def resolve_media_path(
+    path, *, base: Path | str | None, media_root: Path | str | None, where: str, field: str, kind: str = "media file"
+) -> Path:
+    """The absolute path of a media file (image, audio, video) named in a row, refused outside ``media_root``.
+
+    Relative paths are relative to ``base`` (the input file's folder; None: the working directory). The
+    resolved path — symbolic links followed, so a link inside the root that points outside is refused too —
+    must lie inside ``media_root`` (None: no bound, for in-memory rows). Every media kind calls this function.
+
+    Raises:
+        BadRow: the path is not a non-empty string, leaves the media root, or does not exist — naming the
+            row, the field, the path and the fix (``--media-root`` / ``media_root=`` widens the root).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> root = pathlib.Path(tempfile.mkdtemp()).resolve()
+        >>> _ = (root / "a.png").write_bytes(b"")
+        >>> resolve_media_path("a.png", base=root, media_root=root, where="row 0", field="images[0]") == root / "a.png"
+        True
+        >>> resolve_media_path("../x.png", base=root, media_root=root, where="row 0", field="images[0]")
+        Traceback (most recent call last):
+        ...
+        packwise.io._read.BadRow: row 0: field 'images[0]' names media file ..., outside the media root ...
+    """
+    if not isinstance(path, str) or not path:
+        raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")
+    full = Path(path)
+    full = (full if full.is_absolute() else Path(base or Path.cwd()) / full).resolve()
+    if media_root is not None:
+        root = Path(media_root).resolve()
+        if full != root and root not in full.parents:
+            raise BadRow(
+                where, field,
+                f"names {kind} {full}, outside the media root {root}; media files must be inside it",
+                "move the file there or pass --media-root (media_root=) a folder that contains it",
+            )  # fmt: skip
+    if not full.is_file():
+        raise BadRow(
+            where, field, f"names {kind} {full}, which does not exist (relative paths are relative to the input file)"
+        )
+    return full
 
 
 def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str) -> np.ndarray:
@@ -150,12 +216,15 @@ def image_digest(path) -> str:
     return h.hexdigest()
 
 
-def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
-    """Flat per-image paths, content hashes and grids in pack order, plus images per sequence (for table
-    slicing)."""
+def media_arrays(
+    media: list[list], order: np.ndarray, seq_offsets: np.ndarray, *, media_root: str | None = None
+) -> dict[str, np.ndarray]:
+    """Flat per-image paths (as recorded: relative to ``media_root``), content hashes and grids in pack order,
+    plus images per sequence (for table slicing)."""
     per_seq = np.asarray([len(media[i]) for i in order.tolist()], dtype=np.int32)
     paths = [p for i in order.tolist() for p, _ in media[i]]
-    digests = {p: image_digest(p) for p in dict.fromkeys(paths)}
+    root = Path(media_root) if media_root else None
+    digests = {p: image_digest(root / p if root else p) for p in dict.fromkeys(paths)}
     grids = np.asarray([g for i in order.tolist() for _, g in media[i]], dtype=np.int32).reshape(-1, 3)
     seq_image_offsets = np.zeros(per_seq.shape[0] + 1, dtype=np.int64)
     np.cumsum(per_seq, out=seq_image_offsets[1:])

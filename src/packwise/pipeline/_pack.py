@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from .. import __version__
 from ..constants import IGNORE_INDEX
@@ -22,19 +21,10 @@ Progress = Callable[[str, int], Callable[[int], None]]
 
 
 def resolve_chat_template(chat_template: str | None) -> str | None:
-    """``None`` (the tokenizer's own), ``"chatml"`` (ours), a ``.jinja`` file path, or a template string."""
-    if chat_template is None:
-        return None
-    if chat_template == "chatml":
-        from ..tokenize import chatml_template
+    """``None`` (the tokenizer's own), ``"chatml"`` (ours), a file, or template text (see ``load_chat_template``)."""
+    from ..tokenize._load import load_chat_template
 
-        return chatml_template()
-    if chat_template.endswith((".jinja", ".j2")):
-        path = Path(chat_template)
-        if not path.exists():
-            raise ValueError(f"chat template file {chat_template} does not exist")
-        return path.read_text()
-    return chat_template
+    return load_chat_template(chat_template)
 
 
 def _as_input(data, format: Format | None, skip_bad_rows: bool) -> RawInput:  # noqa: A002
@@ -86,6 +76,9 @@ def pack_columns(
         tok = load_tokenizer(tokenizer) if tokenizer is not None else None
         samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=skip_bad_rows)
     else:
+        from ._media import with_media_root
+
+        vision = with_media_root(vision, raw.name)  # the same absolute root in metadata on both engines
         tok = load_tokenizer(tokenizer if tokenizer is not None else "qwen2.5")
         advance = progress("tokenize", raw.num_rows) if progress else None
         samples, skipped = tokenize_rows(

@@ -23,8 +23,10 @@ class Samples:
         offsets: ``(N+1,)`` int64; sequence ``i`` is ``ids[offsets[i]:offsets[i+1]]``.
         source: ``(N,)`` int64 input row of each sequence.
         columns: other per-token columns, each ``(T,)``.
-        media: per sequence, its images ``[(absolute path, (t, h, w)), ...]`` in text order (None when
+        media: per sequence, its images ``[(path, (t, h, w)), ...]`` in text order, paths relative to the
+            vision media root when one is set, else absolute (None when
             the data has no images).
+        media_root: the absolute folder ``media`` paths are relative to (None: paths as given).
         pad_tokens_removed: padding tokens (``attention_mask == 0``) stripped from pre-tokenized rows on read.
     """
 
@@ -34,6 +36,7 @@ class Samples:
     source: np.ndarray
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     media: list | None = None
+    media_root: str | None = None
     pad_tokens_removed: int = 0
 
     @property
@@ -263,6 +266,7 @@ def tokenize_rows(
     cols = {"mm_token_type_ids": np.concatenate([types[k] for k in order]) if types else np.zeros(0, np.int8)}
     samples = Samples.from_arrays(per_sample, source, cols)
     samples.media = [refs_of.get(r, []) for r in source]
+    samples.media_root = vision.media_root
     return samples, errors.rows
 
 
@@ -330,7 +334,6 @@ def _multimodal(row: dict) -> bool:
 
 
 def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
-    from pathlib import Path
 
     from ..multimodal import VisionSpec, expand_images
 
@@ -340,7 +343,9 @@ def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
             f"{where}: images need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = {vision.image_token_id}); "
             "use --tokenizer qwen2.5"
         )
-    base = Path(raw.name).parent if Path(raw.name).is_file() else Path.cwd()
+    from ._media import default_media_root
+
+    base = default_media_root(raw.name)  # the input's folder; None for rows in memory (the cwd, unbounded)
     return expand_images(row, "messages", base_dir=base, spec=vision, where=where)
 
 

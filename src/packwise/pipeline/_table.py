@@ -69,7 +69,11 @@ class PackedColumns:
             seq_offsets=plan.offsets,
             source=samples.source[order],
             loss_tokens_masked_at_boundary=masked,
-            media=media_arrays(samples.media, order, plan.offsets) if samples.media is not None else None,
+            media=(
+                media_arrays(samples.media, order, plan.offsets, media_root=samples.media_root)
+                if samples.media is not None
+                else None
+            ),
         )
 
     def table(self, start: int = 0, stop: int | None = None) -> pa.Table:

