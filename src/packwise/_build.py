@@ -168,8 +168,8 @@ class ConfigBuilders:
 
     def energon_settings(self) -> dict[str, dict[str, Any]]:
         """What ``PackwiseTaskEncoderMixin(packing_config=cfg)`` uses: ``plan`` (:func:`plan_packs`
-        kwargs), ``assemble``, ``collate``, ``overflow`` (applied per sample, media-safe), and ``dataset`` (``packing_buffer_size`` for Energon's
-        ``get_train_dataset``).
+        kwargs), ``assemble``, ``collate``, ``overflow`` (applied per sample, media-safe), and ``dataset``
+        (``packing_buffer_size`` for Energon's ``get_train_dataset``).
 
         Example:
             >>> from packwise import PackingConfig
