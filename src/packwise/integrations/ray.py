@@ -194,6 +194,7 @@ def pack_ray(
                 }
                 multimodal = {**(vision or VisionSpec()).to_dict(), **images}
             counts.pop("images_dropped", None)
+            counts.pop("audio_dropped", None)  # audio in Ray packing is not reported yet (h18)
             report = PackReport(
                 input=name, input_fingerprint=fingerprint, tokenizer=tok_name, tokenizer_fingerprint=tok_fingerprint,
                 capacity=capacity, algorithm=plan.algorithm, seed=plan.seed, overflow=overflow,

@@ -1,7 +1,9 @@
 """Multimodal chats: image parts (or LLaVA-style ``<image>`` placeholders) become Qwen2.5 vision tokens.
 
 A message's ``content`` may be a list of parts ``{"type": "text", "text": ...}`` and
-``{"type": "image", "path": ...}``; or a row may carry ``"images": [path, ...]`` with one ``<image>``
+``{"type": "image", "path": ...}`` and ``{"type": "audio", "path": ...}`` (wav/flac, Qwen2.5-Omni thinker /
+Qwen2-Audio: ``<|audio_bos|>`` + n ``<|AUDIO|>`` + ``<|audio_eos|>``, n from the model's rule); or a row may
+carry ``"images": [path, ...]`` with one ``<image>``
 placeholder per image in the message text. Each image becomes ``<|vision_start|>`` + ``n × <|image_pad|>`` +
 ``<|vision_end|>`` with ``n = t·h·w / merge²`` from its size, before the chat template is applied, so
 any template that renders string content works and the planner sees the true length.
@@ -12,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io._read import BadRow
+from ._audio import AudioSpec, audio_features, load_audio
 from ._images import VisionSpec, image_grid, load_image
 
 PLACEHOLDER = "<image>"
@@ -26,16 +29,27 @@ def is_multimodal(row: dict, key: str = "messages") -> bool:
     return isinstance(msgs, list) and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in msgs)
 
 
-def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tuple[str, tuple[int, int, int], str]:
+def _media_path(path, base_dir: Path, where: str, field: str, kind: str) -> Path:
+    """The one path check for every media kind: a non-empty string naming an existing file (relative paths are
+    relative to the input file's folder). Returns the absolute path.
+
+    Raises:
+        BadRow: naming the row, the field, the path and the fix.
+    """
     if not isinstance(path, str) or not path:
-        raise BadRow(where, field, f"has an image path {path!r}; expected a non-empty string")
+        raise BadRow(where, field, f"has an {kind} path {path!r}; expected a non-empty string")
     full = Path(path)
     if not full.is_absolute():
         full = base_dir / full
     if not full.is_file():
         raise BadRow(
-            where, field, f"names image {full}, which does not exist (relative paths are relative to the input file)"
+            where, field, f"names {kind} {full}, which does not exist (relative paths are relative to the input file)"
         )
+    return full
+
+
+def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tuple[str, tuple[int, int, int], str]:
+    full = _media_path(path, base_dir, where, field, "image")
     try:
         grid = image_grid(load_image(full, where), spec)
     except ValueError as e:
@@ -44,11 +58,36 @@ def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tu
     return str(full.resolve()), grid, text
 
 
-def expand_images(row: dict, key: str, *, base_dir: Path, spec: VisionSpec, where: str):
-    """``(messages with string content, [(absolute path, (t, h, w)), ...])`` in text order.
+def audio_tokens_known(tokenizer, spec: AudioSpec) -> bool:
+    """True when the tokenizer holds added (special) tokens at the audio ids: ``<|AUDIO|>``/``<|audio_bos|>``/
+    ``<|audio_eos|>`` in a Qwen2.5-Omni tokenizer, or the Qwen2.5 added tokens Omni reuses at 151646-151648."""
+    ids = [spec.audio_token_id, spec.audio_start_token_id, spec.audio_end_token_id]
+    if max(ids) >= len(tokenizer):
+        return False
+    added = tokenizer.get_added_vocab()
+    return all(added.get(t) == i for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids))
+
+
+def _audio(path, base_dir: Path, spec: AudioSpec, tokenizer, where: str, field: str) -> tuple[str, int, str]:
+    """``(absolute path, real mel frames, placeholder text)`` of one clip (frames from the Whisper features)."""
+    full = _media_path(path, base_dir, where, field, "audio")
+    try:
+        _, mask = audio_features([load_audio(full, spec, where)], spec)
+    except ValueError as e:
+        raise BadRow(where, field, f"names audio {full}, which cannot be used ({e})") from e
+    frames = int(mask.sum())
+    return str(full.resolve()), frames, spec.placeholder(tokenizer, frames)
+
+
+def expand_images(
+    row: dict, key: str, *, base_dir: Path, spec: VisionSpec, where: str, audio: AudioSpec | None = None, tokenizer=None
+):
+    """``(messages with string content, refs)`` with ``refs`` in text order: ``(absolute path, (t, h, w))`` per
+    image and ``(absolute path, frames)`` per audio clip (``frames`` real mel frames, an ``int``). Audio parts
+    need ``tokenizer`` (its strings for the audio ids are used, see :meth:`AudioSpec.placeholder`).
 
     Raises:
-        BadRow: a malformed part, a missing or unreadable image, or ``<image>`` placeholders whose count
+        BadRow: a malformed part, a missing or unreadable image or clip, or ``<image>`` placeholders whose count
             differs from ``images``.
     """
     images = row.get("images")
@@ -70,11 +109,23 @@ def expand_images(row: dict, key: str, *, base_dir: Path, spec: VisionSpec, wher
                     path, grid, text = _image(part.get("path"), base_dir, spec, where, f"{field}.path")
                     refs.append((path, grid))
                     parts.append(text)
+                elif kind == "audio" and tokenizer is None:
+                    raise BadRow(
+                        where, field, "is an audio part but the tokenizer has no special tokens at the audio ids "
+                        f"{AudioSpec().audio_token_id}-{AudioSpec().audio_end_token_id} (<|AUDIO|>, <|audio_bos|>, "
+                        "<|audio_eos|>)", "use --tokenizer qwen2.5 or a Qwen2.5-Omni tokenizer",
+                    )  # fmt: skip
+                elif kind == "audio":
+                    path, frames, text = _audio(part.get("path"), base_dir, audio or AudioSpec(), tokenizer, where,
+                                                f"{field}.path")  # fmt: skip
+                    refs.append((path, frames))
+                    parts.append(text)
                 else:
                     raise BadRow(
                         where,
                         field,
-                        f"= {part!r} is not a text part {{type: text, text}} or an image part {{type: image, path}}",
+                        f"= {part!r} is not a text part {{type: text, text}}, an image part {{type: image, path}} "
+                        "or an audio part {type: audio, path}",
                     )
             content = "".join(parts)
         elif images is not None and PLACEHOLDER in content:

@@ -1,8 +1,10 @@
-"""Images in the offline pipeline: token/image consistency, image-safe overflow, and the Parquet columns.
+"""Images and audio in the offline pipeline: token/media consistency, media-safe overflow, the Parquet columns.
 
 Invariant kept everywhere: a sequence's ``<|image_pad|>`` tokens are exactly ``Σ t·h·w / merge²`` over its
-images, in order. Overflow never cuts inside an image's ``<|vision_start|> … <|vision_end|>`` block: it
-truncates before the block (the image and its tokens go together, counted) or drops the sample.
+images, and its audio tokens exactly ``Σ tokens(frames)`` over its clips (Qwen2-Audio's rule), in order.
+Overflow never cuts inside an image's ``<|vision_start|> … <|vision_end|>`` or a clip's ``<|audio_bos|> …
+<|audio_eos|>`` block: it truncates before the block (the media item and its tokens go together, counted) or
+drops the sample. A media reference is ``(path, (t, h, w))`` for an image and ``(path, frames)`` for a clip.
 """
 
 from __future__ import annotations
@@ -14,18 +16,40 @@ import pyarrow as pa
 
 from ..constants import IGNORE_INDEX
 from ..io._read import BadRow
-from ..multimodal import VisionSpec
+from ..multimodal import AudioSpec, VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"
+AUDIO = AudioSpec()  # the offline pipeline featurizes with the Qwen2.5-Omni / Qwen2-Audio defaults
+
+
+def is_audio(ref) -> bool:
+    """True for an audio reference ``(path, frames)``, False for an image ``(path, (t, h, w))``."""
+    return isinstance(ref[1], int)
 
 
 def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str) -> np.ndarray:
-    """``(L,)`` int8 ``mm_token_type_ids`` (0 text, 1 image) after checking the count against the images.
+    """``(L,)`` int8 ``mm_token_type_ids`` (0 text, 1 image, 3 audio — transformers' numbering) after checking
+    the counts against the images and clips.
 
     Raises:
-        BadRow: the number of ``<|image_pad|>`` tokens differs from what the images need (e.g. a literal
-            vision token typed in the text).
+        BadRow: the number of ``<|image_pad|>`` (audio) tokens differs from what the images (clips) need (e.g. a
+            literal vision or audio token typed in the text).
     """
+    clips = [f for r in refs if is_audio(r) for f in [r[1]]]
+    refs = [r for r in refs if not is_audio(r)]
+    is_audio_tok = ids == AUDIO.audio_token_id
+    need_audio = sum(AUDIO.tokens(f) for f in clips)
+    if int(is_audio_tok.sum()) != need_audio:
+        raise BadRow(
+            where, "messages", f"holds {int(is_audio_tok.sum())} audio tokens (id {AUDIO.audio_token_id}) but its "
+            f"{len(clips)} clip(s) need {need_audio}; remove literal audio tokens from the text",
+        )  # fmt: skip
+    for token in (AUDIO.audio_start_token_id, AUDIO.audio_end_token_id):
+        if int((ids == token).sum()) != len(clips):
+            raise BadRow(
+                where, "messages", f"holds {int((ids == token).sum())} audio start/end tokens (id {token}) for "
+                f"{len(clips)} clip(s); remove literal audio tokens from the text",
+            )  # fmt: skip
     is_image = ids == spec.image_token_id
     need = sum(spec.tokens(g) for _, g in refs)
     if int(is_image.sum()) != need:
@@ -40,13 +64,16 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
                 where, "messages",
                 f"holds {count} {name} tokens for {len(refs)} image(s); remove literal vision tokens from the text",
             )  # fmt: skip
-    return is_image.astype(np.int8)
+    return (is_image.astype(np.int8) + 3 * is_audio_tok.astype(np.int8)).astype(np.int8)
 
 
 def _blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:
-    starts = np.flatnonzero(ids == spec.vision_start_token_id).tolist()
-    ends = np.flatnonzero(ids == spec.vision_end_token_id).tolist()
-    return list(zip(starts, ends))
+    """``(start, end)`` of every image and audio block, in text order (the order of the references)."""
+    out = []
+    for start, end in ((spec.vision_start_token_id, spec.vision_end_token_id),
+                       (AUDIO.audio_start_token_id, AUDIO.audio_end_token_id)):  # fmt: skip
+        out += zip(np.flatnonzero(ids == start).tolist(), np.flatnonzero(ids == end).tolist())
+    return sorted(out)
 
 
 def _cut(blocks: list[tuple[int, int]], start: int, end: int) -> int:
@@ -60,12 +87,13 @@ def _cut(blocks: list[tuple[int, int]], start: int, end: int) -> int:
 def overflow_with_media(samples, capacity: int, policy: str, locate, spec: VisionSpec):
     """:func:`apply_overflow` for datasets with images (per sequence; only long sequences do any work).
 
-    Returns ``(samples, counts)`` with ``counts`` a dict of the OverflowCounts fields plus ``images_dropped``.
+    Returns ``(samples, counts)`` with ``counts`` a dict of the OverflowCounts fields (``images_dropped`` and
+    ``audio_dropped`` included).
     """
     lengths = samples.lengths
     counts = dict.fromkeys(
         ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
-         "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "images_dropped"), 0,
+         "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "images_dropped", "audio_dropped"), 0,
     )  # fmt: skip
     if not (lengths > capacity).any():
         return samples, counts
@@ -93,7 +121,7 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
             counts["samples_dropped"] += 1
             counts["tokens_dropped"] += n
             counts["loss_tokens_dropped"] += int(loss.sum())
-            counts["images_dropped"] += len(refs)
+            _count_dropped(counts, refs)
             continue
         cuts, start = [], 0
         while start < n:
@@ -108,7 +136,7 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
             counts["samples_dropped"] += 1
             counts["tokens_dropped"] += n
             counts["loss_tokens_dropped"] += int(loss.sum())
-            counts["images_dropped"] += len(refs)
+            _count_dropped(counts, refs)
             continue
         if policy == "truncate":
             counts["samples_truncated"] += 1
@@ -124,7 +152,7 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
             media.append(refs[image : image + len(inside)])
             sources.append(int(samples.source[i]))
             image += len(inside)
-        counts["images_dropped"] += len(refs) - image
+        _count_dropped(counts, refs[image:])
     starts = np.asarray([int(samples.offsets[i]) + s for i, s, _ in pieces], dtype=np.int64)
     lens = np.asarray([e - s for _, s, e in pieces], dtype=np.int64)
     idx = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
@@ -138,11 +166,27 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
     return out, counts
 
 
+def _count_dropped(counts: dict, refs: list) -> None:
+    audio = sum(is_audio(r) for r in refs)
+    counts["audio_dropped"] += audio
+    counts["images_dropped"] += len(refs) - audio
+
+
 def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
-    """Flat per-image paths and grids in pack order, plus images per sequence (for table slicing)."""
+    """Flat per-image paths and grids in pack order, plus images per sequence (for table slicing); the same
+    for audio clips (paths, real mel frames) under ``"audio"`` when any sequence has a clip."""
+    images = [[r for r in m if not is_audio(r)] for m in media]
+    out = _arrays(images, order, seq_offsets)
+    clips = [[r for r in m if is_audio(r)] for m in media]
+    if any(clips):
+        out["audio"] = _arrays(clips, order, seq_offsets)
+    return out
+
+
+def _arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
     per_seq = np.asarray([len(media[i]) for i in order.tolist()], dtype=np.int32)
     paths = [p for i in order.tolist() for p, _ in media[i]]
-    grids = np.asarray([g for i in order.tolist() for _, g in media[i]], dtype=np.int32).reshape(-1, 3)
+    grids = np.asarray([g for i in order.tolist() for _, g in media[i]], dtype=np.int32)
     seq_image_offsets = np.zeros(per_seq.shape[0] + 1, dtype=np.int64)
     np.cumsum(per_seq, out=seq_image_offsets[1:])
     pack_image_offsets = seq_image_offsets[seq_offsets]
@@ -155,10 +199,26 @@ def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) 
 
 
 def media_columns(arrays: dict, start: int, stop: int, seq_off: np.ndarray, s0: int, s1: int) -> dict[str, pa.Array]:
-    """``image_paths`` list<string>, ``image_grid_thw`` list<list<int32>>, ``images_per_sequence`` list<int32>."""
+    """``image_paths`` list<string>, ``image_grid_thw`` list<list<int32>>, ``images_per_sequence`` list<int32>;
+    with audio also ``audio_paths`` list<string>, ``audio_frames`` list<int32> (real mel frames per clip) and
+    ``audios_per_sequence`` list<int32>."""
+    out = _image_columns(arrays, start, stop, seq_off, s0, s1)
+    if "audio" in arrays:
+        a = arrays["audio"]
+        i0, i1 = int(a["pack_offsets"][start]), int(a["pack_offsets"][stop])
+        off = pa.array((a["pack_offsets"][start : stop + 1] - i0).astype(np.int32))
+        out["audio_paths"] = pa.ListArray.from_arrays(off, pa.array(list(a["paths"][i0:i1]), pa.string()))
+        out["audio_frames"] = pa.ListArray.from_arrays(off, pa.array(a["grids"][i0:i1].reshape(-1), pa.int32()))
+        out["audios_per_sequence"] = pa.ListArray.from_arrays(
+            pa.array(seq_off.astype(np.int32)), pa.array(a["per_seq"][s0:s1])
+        )
+    return out
+
+
+def _image_columns(arrays: dict, start: int, stop: int, seq_off: np.ndarray, s0: int, s1: int) -> dict:
     i0, i1 = int(arrays["pack_offsets"][start]), int(arrays["pack_offsets"][stop])
     img_off = (arrays["pack_offsets"][start : stop + 1] - i0).astype(np.int32)
-    grids = pa.FixedSizeListArray.from_arrays(pa.array(arrays["grids"][i0:i1].reshape(-1)), 3)
+    grids = pa.FixedSizeListArray.from_arrays(pa.array(arrays["grids"].reshape(-1, 3)[i0:i1].reshape(-1)), 3)
     return {
         "image_paths": pa.ListArray.from_arrays(pa.array(img_off), pa.array(list(arrays["paths"][i0:i1]), pa.string())),
         "image_grid_thw": pa.ListArray.from_arrays(pa.array(img_off), grids),

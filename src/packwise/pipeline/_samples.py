@@ -189,7 +189,7 @@ def tokenize_rows(
             except BadRow as e:
                 errors.bad(row, e)
                 continue
-            mask = mask & (types[-1] == 0)  # image tokens are inputs, never targets (even in assistant turns)
+            mask = mask & (types[-1] == 0)  # media tokens are inputs, never targets (even in assistant turns)
         per_sample.append((ids, np.where(mask, ids, IGNORE_INDEX)))
         source.append(row)
     order = np.argsort(np.asarray(source, dtype=np.int64), kind="stable")
@@ -226,11 +226,19 @@ def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
     vision = vision or VisionSpec()
     if tokenizer.convert_tokens_to_ids("<|image_pad|>") != vision.image_token_id:
         raise ValueError(
-            f"{where}: images need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = {vision.image_token_id}); "
-            "use --tokenizer qwen2.5"
+            f"{where}: image/audio parts need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = "
+            f"{vision.image_token_id}); use --tokenizer qwen2.5"
         )
     base = Path(raw.name).parent if Path(raw.name).is_file() else Path.cwd()
-    return expand_images(row, "messages", base_dir=base, spec=vision, where=where)
+    return expand_images(row, "messages", base_dir=base, spec=vision, where=where, tokenizer=_audio_ready(tokenizer))
+
+
+def _audio_ready(tokenizer):
+    """The tokenizer, after checking it holds special tokens at the audio ids (else audio parts are refused)."""
+    from ..multimodal._chat import audio_tokens_known
+    from ._media import AUDIO
+
+    return tokenizer if audio_tokens_known(tokenizer, AUDIO) else None
 
 
 def _text_columns(raw: RawInput) -> list[str]:
