@@ -98,3 +98,13 @@ def test_video_errors():
     chat = [{"role": "user", "content": [{"type": "video"}]}, {"role": "assistant", "content": "x"}]
     with pytest.raises(ValueError, match=r"an entry left in images \(0\) / videos \(0\)"):
         encode_media_chat(chat, load_tokenizer("qwen2.5"))
+
+
+def test_verify_documents_include_a_video_document():
+    # tests/cli/test_cli_verify.py::test_verify_tiny_qwen25_vl_... proves isolation on these 4 documents
+    from packwise.verify._models import load_multimodal_documents
+
+    docs = load_multimodal_documents(load_tokenizer("qwen2.5"), num_docs=4, max_tokens=48)
+    kinds = ["video" if "pixel_values_videos" in d else "image" if "pixel_values" in d else "text" for d in docs]
+    assert kinds == ["text", "image", "text", "video"]
+    assert docs[3]["video_grid_thw"].tolist() == [[2, 4, 4]] and int((docs[3]["input_ids"] == VIDEO_PAD).sum()) == 8

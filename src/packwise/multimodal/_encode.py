@@ -94,8 +94,9 @@ def encode_media_chat(
                     n_aud += 1
                 else:
                     raise ValueError(
-                        f"{where}: messages[{j}] part {part!r}: expected a text part, or an image/video/audio part with "
-                        f"an entry left in images ({len(images)}) / videos ({len(videos)}) / audios ({len(audios)})"
+                        f"{where}: messages[{j}] part {part!r}: expected a text part, or an image/video/audio part "
+                        f"with an entry left in images ({len(images)}) / videos ({len(videos)}) / audios "
+                        f"({len(audios)})"
                     )
             content = "".join(parts)
         out_msgs.append({**m, "content": content})
