@@ -29,7 +29,8 @@ def media(tmp_path_factory):
     soundfile.write(
         d / "half.flac", (0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32), 8000
     )  # 0.5 s: 50 frames -> 12 tokens
-    Image.new("RGB", (112, 112), (200, 10, 10)).save(d / "red.png")
+    # noise, not a flat colour: a flat image's vision q/k gradients are ~1e-12, pure float noise
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (112, 112, 3), dtype=np.uint8)).save(d / "noise.png")
     return d
 
 
@@ -47,7 +48,7 @@ def test_audio_tokens_counted_and_written(media):
     rows = [
         chat(("audio", "one_second.wav"), ("text", "What is it?")),
         chat(("text", "plain")),
-        chat(("image", "red.png"), ("audio", "half.flac"), ("text", "Both?")),
+        chat(("image", "noise.png"), ("audio", "half.flac"), ("text", "Both?")),
     ]
     table, report = pack_dataset(write(media / "a.jsonl", rows), capacity=512, vision=SPEC)
     assert table.num_rows == 1
@@ -76,7 +77,7 @@ def test_audio_tokens_counted_and_written(media):
 
 def test_parquet_roundtrip_features_and_omni_mrope(media, tmp_path):
     rows = [chat(("text", "hello")), chat(("audio", "one_second.wav"), ("text", "Hm?")),
-            chat(("image", "red.png"), ("audio", "half.flac"))]  # fmt: skip
+            chat(("image", "noise.png"), ("audio", "half.flac"))]  # fmt: skip
     out = tmp_path / "out"
     src = write(media / "b.jsonl", rows)
     assert main(["pack", str(src), "-o", str(out), "--capacity", "512", "--max-pixels", str(112 * 112), "-q"]) == 0
@@ -113,7 +114,7 @@ def test_truncation_never_cuts_a_clip(media):
     ("row", "message"),
     [
         (chat(("audio", "missing.wav")), "field 'messages[0].content[0].path' names audio"),
-        (chat(("audio", "red.png")), "red.png, which cannot be used"),
+        (chat(("audio", "noise.png")), "noise.png, which cannot be used"),
     ],
 )
 def test_bad_audio_rows(media, row, message):
@@ -127,3 +128,46 @@ def test_audio_needs_a_tokenizer_with_audio_tokens(media):
     path = write(media / "tok.jsonl", [chat(("audio", "one_second.wav"))])
     with pytest.raises(ValueError, match=r"image/audio parts need a tokenizer with Qwen2\.5's"):
         pack_dataset(path, capacity=512, tokenizer="smollm2")
+
+
+@pytest.mark.slow  # tiny Omni thinker forward/backward (~10 s)
+def test_offline_pack_isolated_on_tiny_omni(media, tmp_path):
+    """Documents read back from the packed Parquet (features re-materialised from the recorded clips) give the
+    alone logits, loss and gradients when packed, on the tiny Qwen2.5-Omni thinker."""
+    from packwise.hf import use_packed_attention
+    from packwise.tokenize import load_tokenizer
+    from packwise.verify import check_equivalence
+    from packwise.verify._models import tiny_omni_model
+
+    rows = [chat(("text", "hello there")), chat(("audio", "one_second.wav"), ("text", "Hm?")),
+            chat(("image", "noise.png"), ("audio", "half.flac")), chat(("image", "noise.png"), ("text", "Colour?"))]  # fmt: skip
+    out = tmp_path / "omni"
+    src = write(media / "omni.jsonl", rows)
+    assert main(["pack", str(src), "-o", str(out), "--capacity", "1024", "--max-pixels", str(112 * 112), "-q"]) == 0
+    pack = PackedParquetDataset(out)[0]
+    cu, clip, img, docs = pack.cu_seqlens.tolist(), 0, 0, []
+    grids, patches = pack.media["image_grid_thw"], 0
+    for a, b in zip(cu, cu[1:]):
+        ids = pack.input_ids[a:b]
+        doc = {
+            "input_ids": ids,
+            "labels": pack.labels[a:b],
+            "mm_token_type_ids": pack.columns["mm_token_type_ids"][a:b].long(),
+        }
+        n_clip, n_img = int((ids == BOS).sum()), int((ids == SPEC.vision_start_token_id).sum())
+        if n_clip:
+            doc["input_features"] = pack.media["input_features"][clip : clip + n_clip]
+            doc["feature_attention_mask"] = pack.media["feature_attention_mask"][clip : clip + n_clip]
+        if n_img:
+            g = grids[img : img + n_img]
+            p = int(g.prod(dim=1).sum())
+            doc["pixel_values"], doc["image_grid_thw"] = pack.media["pixel_values"][patches : patches + p], g
+            patches += p
+        clip, img = clip + n_clip, img + n_img
+        docs.append(doc)
+    assert sorted(k for d in docs for k in d if k in ("pixel_values", "input_features")) == [
+        "input_features", "input_features", "pixel_values", "pixel_values"]  # fmt: skip
+    net = tiny_omni_model(len(load_tokenizer("qwen2.5")))
+    report = check_equivalence(use_packed_attention(net, backend="sdpa"), docs, atol=1e-5)
+    assert report.isolated, report
+    assert report.max_abs_diff <= 1e-5 and report.grad_max_rel_diff <= 1e-4
