@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from packwise.multimodal import VisionSpec, encode_media_chat
+from packwise.multimodal import VisionSpec, encode_media_chat, mrope_position_ids
 from packwise.multimodal._video import load_video, process_video
 from packwise.tokenize import load_tokenizer
 
@@ -108,3 +108,51 @@ def test_verify_documents_include_a_video_document():
     kinds = ["video" if "pixel_values_videos" in d else "image" if "pixel_values" in d else "text" for d in docs]
     assert kinds == ["text", "image", "text", "video"]
     assert docs[3]["video_grid_thw"].tolist() == [[2, 4, 4]] and int((docs[3]["input_ids"] == VIDEO_PAD).sum()) == 8
+
+
+def test_offline_pipeline_packs_video_files_and_frame_lists(clip, tmp_path):
+    """{type: video, path} and {type: video, frames} parts through pack -> Parquet -> PackedParquetDataset."""
+    import json
+
+    from packwise.assemble import collate_packs
+    from packwise.cli import main
+    from packwise.torch import PackedParquetDataset
+
+    frames = []
+    for k, f in enumerate(noise(3, seed=2)):
+        Image.fromarray(f).save(tmp_path / f"f{k}.png")
+        frames.append(f"f{k}.png")
+    (tmp_path / "noise.mkv").write_bytes(clip.read_bytes())
+    rows = [
+        {"messages": [{"role": "user", "content": [{"type": "video", "path": "noise.mkv"}, {"type": "text", "text": "?"}]},
+                      {"role": "assistant", "content": "Noise."}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+        {"messages": [{"role": "user", "content": [{"type": "video", "frames": frames, "fps": 1}]},
+                      {"role": "assistant", "content": "Still noise."}]},
+    ]  # fmt: skip
+    src = tmp_path / "v.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert main(["pack", str(src), "-o", str(out), "--capacity", "512", "--max-pixels", str(56 * 56), "-q"]) == 0
+    pack = PackedParquetDataset(out)[0]
+    ids, mm = pack.input_ids, pack.columns["mm_token_type_ids"]
+    grids = pack.media["video_grid_thw"].tolist()
+    assert sorted(grids) == [[2, 4, 4], [3, 4, 4]]  # 3 frames -> t 2 (padded); 5 frames -> t 3
+    assert int((ids == VIDEO_PAD).sum()) == int((mm == 2).sum()) == 8 + 12
+    assert pack.media["pixel_values_videos"].shape == (32 + 48, 1176)
+    assert sorted(pack.media["second_per_grid_ts"].tolist()) == [1.0, 2.0]  # 2 fps file; frames at fps 1
+    cu, v = pack.cu_seqlens.tolist(), 0
+    for a, b in zip(cu, cu[1:]):  # each sequence's positions equal the sample alone (transformers' rope index)
+        if (mm[a:b] == 2).any():
+            alone = mrope_position_ids(ids[a:b], mm[a:b].long(), torch.zeros(0, 3),
+                                       video_grid_thw=pack.media["video_grid_thw"][v : v + 1],
+                                       second_per_grid_ts=pack.media["second_per_grid_ts"][v : v + 1])  # fmt: skip
+            assert torch.equal(pack.position_ids[:, a:b], alone)
+            v += 1
+    # the re-materialised pixels are the videos' own, in pack order
+    own = {
+        2: process_video([Image.open(tmp_path / x) for x in frames], SPEC)[0],
+        3: process_video(load_video(clip)[0], SPEC)[0],
+    }
+    assert torch.equal(pack.media["pixel_values_videos"], torch.cat([own[t] for t, _, _ in grids]))
+    assert collate_packs([pack])["pixel_values_videos"].shape == (80, 1176)

@@ -58,6 +58,31 @@ def _image(path, base_dir: Path, spec: VisionSpec, where: str, field: str) -> tu
     return str(full.resolve()), grid, text
 
 
+def _video(part: dict, base_dir: Path, spec: VisionSpec, where: str, field: str):
+    """``(paths, (t, h, w), second_per_grid_t)`` and the text of a ``{"type": "video", "path"}`` (PyAV) or
+    ``{"type": "video", "frames": [...], "fps"?}`` part (default 2 frames/s)."""
+    from ._video import video_frames, video_grid
+
+    if "frames" in part:
+        frames = part["frames"]
+        if not isinstance(frames, list) or not frames:
+            raise BadRow(where, f"{field}.frames", f"= {frames!r}; expected a non-empty list of image paths")
+        paths = [_media_path(f, base_dir, where, f"{field}.frames[{k}]", "frame") for k, f in enumerate(frames)]
+    else:
+        paths = [_media_path(part.get("path"), base_dir, where, f"{field}.path", "video")]
+    paths = tuple(str(q.resolve()) for q in paths)
+    try:
+        images, fps = video_frames(paths, where)
+        grid = video_grid(images, spec)
+    except ValueError as e:
+        raise BadRow(where, field, f"names a video that cannot be used ({e})") from e
+    fps = part.get("fps", fps)
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or fps <= 0:
+        raise BadRow(where, f"{field}.fps", f"= {fps!r}; expected a positive number of frames per second")
+    text = VISION_START + "<|video_pad|>" * spec.tokens(grid) + VISION_END
+    return (paths, grid, spec.temporal_patch_size / float(fps)), text
+
+
 def audio_tokens_known(tokenizer, spec: AudioSpec) -> bool:
     """True when the tokenizer holds added (special) tokens at the audio ids: ``<|AUDIO|>``/``<|audio_bos|>``/
     ``<|audio_eos|>`` in a Qwen2.5-Omni tokenizer, or the Qwen2.5 added tokens Omni reuses at 151646-151648."""
@@ -83,7 +108,8 @@ def expand_images(
     row: dict, key: str, *, base_dir: Path, spec: VisionSpec, where: str, audio: AudioSpec | None = None, tokenizer=None
 ):
     """``(messages with string content, refs)`` with ``refs`` in text order: ``(absolute path, (t, h, w))`` per
-    image and ``(absolute path, frames)`` per audio clip (``frames`` real mel frames, an ``int``). Audio parts
+    image, ``(absolute path, frames)`` per audio clip (``frames`` real mel frames, an ``int``) and ``((paths...),
+    (t, h, w), second_per_grid_t)`` per video (one path for a file, the frame paths for a frame list). Audio parts
     need ``tokenizer`` (its strings for the audio ids are used, see :meth:`AudioSpec.placeholder`).
 
     Raises:
@@ -109,6 +135,10 @@ def expand_images(
                     path, grid, text = _image(part.get("path"), base_dir, spec, where, f"{field}.path")
                     refs.append((path, grid))
                     parts.append(text)
+                elif kind == "video" and isinstance(part, dict):
+                    ref, text = _video(part, base_dir, spec, where, field)
+                    refs.append(ref)
+                    parts.append(text)
                 elif kind == "audio" and tokenizer is None:
                     raise BadRow(
                         where, field, "is an audio part but the tokenizer has no special tokens at the audio ids "
@@ -125,7 +155,7 @@ def expand_images(
                         where,
                         field,
                         f"= {part!r} is not a text part {{type: text, text}}, an image part {{type: image, path}} "
-                        "or an audio part {type: audio, path}",
+                        "a video part {type: video, path | frames} or an audio part {type: audio, path}",
                     )
             content = "".join(parts)
         elif images is not None and PLACEHOLDER in content:

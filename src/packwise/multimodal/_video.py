@@ -85,3 +85,17 @@ def process_video(frames: list, spec: VisionSpec, where: str = "sample"):
     t = len(frames) // tps
     video = per_frame.reshape(t, tps, hw, 3, ps, ps).transpose(0, 2, 3, 1, 4, 5).reshape(t * hw, 3 * tps * ps * ps)
     return torch.from_numpy(np.ascontiguousarray(video)), torch.tensor([t, int(grids[0, 1]), int(grids[0, 2])])
+
+
+def video_frames(paths, where: str = "sample") -> tuple[list, float]:
+    """``(frames, fps)`` of a stored video: one path that is not an image file is decoded with PyAV (its
+    own rate); otherwise the paths are the frames (rate :data:`DEFAULT_FPS`). The one rule the pipeline uses
+    when packing and when re-materialising, so both see the same frames."""
+    from PIL import Image
+
+    from ._images import load_image
+
+    paths = list(paths)
+    if len(paths) == 1 and Path(paths[0]).suffix.lower() not in Image.registered_extensions():
+        return load_video(paths[0], where)
+    return [load_image(q, where) for q in paths], DEFAULT_FPS

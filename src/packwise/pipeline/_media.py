@@ -22,9 +22,17 @@ MM_COLUMN = "mm_token_type_ids"
 AUDIO = AudioSpec()  # the offline pipeline featurizes with the Qwen2.5-Omni / Qwen2-Audio defaults
 
 
+VIDEO_PAD = 151656  # <|video_pad|>
+
+
 def is_audio(ref) -> bool:
     """True for an audio reference ``(path, frames)``, False for an image ``(path, (t, h, w))``."""
     return isinstance(ref[1], int)
+
+
+def is_video(ref) -> bool:
+    """True for a video reference ``((paths...), (t, h, w), second_per_grid_t)``."""
+    return len(ref) == 3
 
 
 def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str) -> np.ndarray:
@@ -36,7 +44,16 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
             literal vision or audio token typed in the text).
     """
     clips = [f for r in refs if is_audio(r) for f in [r[1]]]
-    refs = [r for r in refs if not is_audio(r)]
+    videos = [r[1] for r in refs if is_video(r)]
+    is_video_tok = ids == VIDEO_PAD
+    need_video = sum(spec.tokens(g) for g in videos)
+    if int(is_video_tok.sum()) != need_video:
+        raise BadRow(
+            where, "messages", f"holds {int(is_video_tok.sum())} <|video_pad|> tokens but its {len(videos)} video(s) "
+            f"need {need_video}; remove literal vision tokens from the text",
+        )  # fmt: skip
+    blocks = len([r for r in refs if not is_audio(r)])  # images and videos both sit in vision blocks
+    refs = [r for r in refs if not is_audio(r) and not is_video(r)]
     is_audio_tok = ids == AUDIO.audio_token_id
     need_audio = sum(AUDIO.tokens(f) for f in clips)
     if int(is_audio_tok.sum()) != need_audio:
@@ -59,12 +76,15 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
         )  # fmt: skip
     for token, name in ((spec.vision_start_token_id, "<|vision_start|>"), (spec.vision_end_token_id, "<|vision_end|>")):
         count = int((ids == token).sum())
-        if count != len(refs):
+        if count != blocks:
             raise BadRow(
                 where, "messages",
-                f"holds {count} {name} tokens for {len(refs)} image(s); remove literal vision tokens from the text",
+                f"holds {count} {name} tokens for {blocks} image(s)/video(s); remove literal vision tokens from the "
+                "text",
             )  # fmt: skip
-    return (is_image.astype(np.int8) + 3 * is_audio_tok.astype(np.int8)).astype(np.int8)
+    return (is_image.astype(np.int8) + 2 * is_video_tok.astype(np.int8) + 3 * is_audio_tok.astype(np.int8)).astype(
+        np.int8
+    )
 
 
 def _blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:
@@ -93,7 +113,8 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
     lengths = samples.lengths
     counts = dict.fromkeys(
         ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
-         "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "images_dropped", "audio_dropped"), 0,
+         "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "images_dropped", "audio_dropped",
+         "videos_dropped"), 0,
     )  # fmt: skip
     if not (lengths > capacity).any():
         return samples, counts
@@ -167,16 +188,21 @@ def overflow_with_media(samples, capacity: int, policy: str, locate, spec: Visio
 
 
 def _count_dropped(counts: dict, refs: list) -> None:
-    audio = sum(is_audio(r) for r in refs)
+    audio, video = sum(is_audio(r) for r in refs), sum(is_video(r) for r in refs)
     counts["audio_dropped"] += audio
-    counts["images_dropped"] += len(refs) - audio
+    counts["videos_dropped"] += video
+    counts["images_dropped"] += len(refs) - audio - video
 
 
 def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
     """Flat per-image paths and grids in pack order, plus images per sequence (for table slicing); the same
     for audio clips (paths, real mel frames) under ``"audio"`` when any sequence has a clip."""
-    images = [[r for r in m if not is_audio(r)] for m in media]
+    images = [[r for r in m if not is_audio(r) and not is_video(r)] for m in media]
     out = _arrays(images, order, seq_offsets)
+    videos = [[r for r in m if is_video(r)] for m in media]
+    if any(videos):
+        out["video"] = _arrays([[(r[0], r[1]) for r in m] for m in videos], order, seq_offsets)
+        out["video"]["secs"] = np.asarray([r[2] for i in order.tolist() for r in videos[i]], dtype=np.float32)
     clips = [[r for r in m if is_audio(r)] for m in media]
     if any(clips):
         out["audio"] = _arrays(clips, order, seq_offsets)
@@ -186,13 +212,15 @@ def media_arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) 
 def _arrays(media: list[list], order: np.ndarray, seq_offsets: np.ndarray) -> dict[str, np.ndarray]:
     per_seq = np.asarray([len(media[i]) for i in order.tolist()], dtype=np.int32)
     paths = [p for i in order.tolist() for p, _ in media[i]]
+    paths_arr = np.empty(len(paths), dtype=object)
+    paths_arr[:] = paths
     grids = np.asarray([g for i in order.tolist() for _, g in media[i]], dtype=np.int32)
     seq_image_offsets = np.zeros(per_seq.shape[0] + 1, dtype=np.int64)
     np.cumsum(per_seq, out=seq_image_offsets[1:])
     pack_image_offsets = seq_image_offsets[seq_offsets]
     return {
         "per_seq": per_seq,
-        "paths": np.asarray(paths, dtype=object),
+        "paths": paths_arr,
         "grids": grids,
         "pack_offsets": pack_image_offsets,
     }
@@ -211,6 +239,19 @@ def media_columns(arrays: dict, start: int, stop: int, seq_off: np.ndarray, s0: 
         out["audio_frames"] = pa.ListArray.from_arrays(off, pa.array(a["grids"][i0:i1].reshape(-1), pa.int32()))
         out["audios_per_sequence"] = pa.ListArray.from_arrays(
             pa.array(seq_off.astype(np.int32)), pa.array(a["per_seq"][s0:s1])
+        )
+    if "video" in arrays:
+        v = arrays["video"]
+        i0, i1 = int(v["pack_offsets"][start]), int(v["pack_offsets"][stop])
+        off = pa.array((v["pack_offsets"][start : stop + 1] - i0).astype(np.int32))
+        grids = pa.FixedSizeListArray.from_arrays(pa.array(v["grids"].reshape(-1, 3)[i0:i1].reshape(-1)), 3)
+        out["video_paths"] = pa.ListArray.from_arrays(
+            off, pa.array([list(q) for q in v["paths"][i0:i1]], pa.list_(pa.string()))
+        )
+        out["video_grid_thw"] = pa.ListArray.from_arrays(off, grids)
+        out["second_per_grid_ts"] = pa.ListArray.from_arrays(off, pa.array(v["secs"][i0:i1], pa.float32()))
+        out["videos_per_sequence"] = pa.ListArray.from_arrays(
+            pa.array(seq_off.astype(np.int32)), pa.array(v["per_seq"][s0:s1])
         )
     return out
 

@@ -33,6 +33,7 @@ class OverflowCounts:
     loss_tokens_dropped: int = 0
     images_dropped: int = 0
     audio_dropped: int = 0
+    videos_dropped: int = 0
 
 
 def apply_overflow(

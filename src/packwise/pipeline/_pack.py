@@ -116,6 +116,10 @@ def pack_columns(
 
         images = {**(vision or VisionSpec()).to_dict(), "images_packed": sum(len(m) for m in samples.media),
                   "images_dropped": oc.images_dropped}  # fmt: skip
+        videos = sum(len(r) == 3 for m in samples.media for r in m)
+        if videos or oc.videos_dropped:
+            images["images_packed"] -= videos
+            images |= {"videos_packed": videos, "videos_dropped": oc.videos_dropped}
         if any(isinstance(r[1], int) for m in samples.media for r in m) or oc.audio_dropped:  # audio clips
             from ..multimodal import AudioSpec
 

@@ -18,7 +18,8 @@ from ._samples import RowErrors, Samples
 RESERVED = ("input_ids", "labels", "loss_mask")
 #: Columns packwise writes; an input holding them is probably packed already and would be corrupted.
 OUTPUT_COLUMNS = ("seq_lengths", "source_index", "image_paths", "image_grid_thw", "images_per_sequence",
-                  "audio_paths", "audio_frames", "audios_per_sequence")  # fmt: skip
+                  "audio_paths", "audio_frames", "audios_per_sequence", "video_paths", "video_grid_thw",
+                  "second_per_grid_ts", "videos_per_sequence")  # fmt: skip
 ID_LIMIT = 2**31
 
 
