@@ -156,3 +156,20 @@ def test_offline_pipeline_packs_video_files_and_frame_lists(clip, tmp_path):
     }
     assert torch.equal(pack.media["pixel_values_videos"], torch.cat([own[t] for t, _, _ in grids]))
     assert collate_packs([pack])["pixel_values_videos"].shape == (80, 1176)
+
+
+def test_truncation_never_cuts_a_video(clip):
+    from packwise.pipeline import pack_dataset
+
+    content = [
+        {"type": "text", "text": "word " * 20},
+        {"type": "video", "path": str(clip)},
+        {"type": "text", "text": "x"},
+    ]
+    row = {"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": "Noise."}]}
+    table, report = pack_dataset([row], capacity=30, vision=SPEC)  # 30 falls inside the 14-token video block
+    ids = np.asarray(table.column("input_ids").to_pylist()[0])
+    assert (ids == VIDEO_PAD).sum() == 0 and (ids == 151652).sum() == 0 and len(ids) < 30  # cut moved back
+    assert "video_paths" not in table.column_names  # no video left anywhere
+    assert report.multimodal["videos_dropped"] == 1 and report.multimodal["videos_packed"] == 0
+    assert report.samples_truncated == 1 and report.tokens_read == report.tokens_packed + report.tokens_truncated
