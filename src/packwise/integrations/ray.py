@@ -221,6 +221,8 @@ def pack_ray(
                 }
                 multimodal = {**(vision or VisionSpec()).to_dict(), **images}
             counts.pop("images_dropped", None)
+            counts.pop("audio_dropped", None)  # audio/video in Ray packing are not reported yet (h18)
+            counts.pop("videos_dropped", None)
             report = PackReport(
                 input=name, input_fingerprint=fingerprint, tokenizer=tok_name, tokenizer_fingerprint=tok_fingerprint,
                 capacity=capacity, algorithm=plan.algorithm, seed=plan.seed, overflow=overflow,

@@ -17,6 +17,8 @@ from ..plan._distribute import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
 IMAGE_COLUMNS = ("image_paths", "image_sha256", "image_grid_thw", "images_per_sequence")
+AUDIO_COLUMNS = ("audio_paths", "audio_frames", "audios_per_sequence")
+VIDEO_COLUMNS = ("video_paths", "video_grid_thw", "second_per_grid_ts", "videos_per_sequence")
 
 
 class PackedParquetDataset(Dataset):
@@ -129,7 +131,7 @@ class PackedParquetDataset(Dataset):
         columns = {
             name: np.split(np.array(row.column(name)[0].values.to_numpy(zero_copy_only=False)), cuts)
             for name in row.column_names
-            if name not in ("seq_lengths", "source_index", *IMAGE_COLUMNS)
+            if name not in ("seq_lengths", "source_index", *IMAGE_COLUMNS, *AUDIO_COLUMNS, *VIDEO_COLUMNS)
         }
         sources = row.column("source_index")[0].values.to_numpy().tolist()
         sequences = [
@@ -139,6 +141,14 @@ class PackedParquetDataset(Dataset):
         ]  # fmt: skip
         if "image_paths" in row.column_names:
             self._add_images(row, index, sequences)
+        if "video_paths" in row.column_names:
+            from ._torch_media import add_video
+
+            add_video(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
+        if "audio_paths" in row.column_names:
+            from ._torch_media import add_audio
+
+            add_audio(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
         return assemble_pack(sequences, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
 
     def _add_images(self, row, index: int, sequences: list[dict]) -> None:
@@ -166,7 +176,8 @@ class PackedParquetDataset(Dataset):
         for seq, n in zip(sequences, per_seq):
             g = torch.from_numpy(grids[first : first + n])
             mm = seq.get("mm_token_type_ids", torch.zeros_like(seq["input_ids"]))
-            seq["position_ids"] = mrope_position_ids(seq["input_ids"], mm, g, spatial_merge_size=spec.merge_size)
+            if not {"audio_paths", "video_paths"} & set(row.column_names):  # else set by add_video / add_audio
+                seq["position_ids"] = mrope_position_ids(seq["input_ids"], mm, g, spatial_merge_size=spec.merge_size)
             if n:
                 seq["pixel_values"] = pixels[int(patches[first]) : int(patches[first + n])]
                 seq["image_grid_thw"] = g

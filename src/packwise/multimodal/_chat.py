@@ -1,7 +1,9 @@
 """Multimodal chats: image parts (or LLaVA-style ``<image>`` placeholders) become Qwen2.5 vision tokens.
 
 A message's ``content`` may be a list of parts ``{"type": "text", "text": ...}`` and
-``{"type": "image", "path": ...}``; or a row may carry ``"images": [path, ...]`` with one ``<image>``
+``{"type": "image", "path": ...}`` and ``{"type": "audio", "path": ...}`` (wav/flac, Qwen2.5-Omni thinker /
+Qwen2-Audio: ``<|audio_bos|>`` + n ``<|AUDIO|>`` + ``<|audio_eos|>``, n from the model's rule); or a row may
+carry ``"images": [path, ...]`` with one ``<image>``
 placeholder per image in the message text. Each image becomes ``<|vision_start|>`` + ``n × <|image_pad|>`` +
 ``<|vision_end|>`` with ``n = t·h·w / merge²`` from its size, before the chat template is applied, so
 any template that renders string content works and the planner sees the true length.
@@ -12,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io._read import BadRow
+from ._audio import AudioSpec, audio_features, load_audio
 from ._images import VisionSpec, image_grid, load_image
 
 PLACEHOLDER = "<image>"
@@ -26,13 +29,31 @@ def is_multimodal(row: dict, key: str = "messages") -> bool:
     return isinstance(msgs, list) and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in msgs)
 
 
-def _image(
-    path, base_dir: Path | None, spec: VisionSpec, where: str, field: str
-) -> tuple[str, tuple[int, int, int], str]:
+def _media_path(path, base_dir: Path | None, spec: VisionSpec, where: str, field: str, kind: str) -> Path:
+    """The one path check for every media kind (image, video, frame, audio): the absolute path, refused when it
+    leaves the media root (``spec.media_root``; default the input's folder ``base_dir``) — see
+    :func:`packwise.pipeline._media.resolve_media_path`.
+
+    Raises:
+        BadRow: naming the row, the field, the path and the fix.
+    """
     from ..pipeline._media import resolve_media_path
 
     root = spec.media_root if spec.media_root is not None else base_dir  # base_dir: the input's folder
-    full = resolve_media_path(path, base=base_dir, media_root=root, where=where, field=field, kind="image")
+    return resolve_media_path(path, base=base_dir, media_root=root, where=where, field=field, kind=kind)
+
+
+def _recorded(full: Path, spec: VisionSpec) -> str:
+    """How a media path is recorded in the output: relative to the media root (metadata.json names it)."""
+    if spec.media_root is not None:
+        return full.relative_to(Path(spec.media_root).resolve()).as_posix()
+    return str(full)
+
+
+def _image(
+    path, base_dir: Path | None, spec: VisionSpec, where: str, field: str
+) -> tuple[str, tuple[int, int, int], str]:
+    full = _media_path(path, base_dir, spec, where, field, "image")
     try:
         grid = image_grid(load_image(full, where), spec)
     except ValueError as e:
@@ -43,11 +64,71 @@ def _image(
     return str(full), grid, text
 
 
-def expand_images(row: dict, key: str, *, base_dir: Path | None, spec: VisionSpec, where: str):
-    """``(messages with string content, [(absolute path, (t, h, w)), ...])`` in text order.
+def _video(part: dict, base_dir: Path | None, spec: VisionSpec, where: str, field: str):
+    """``(paths, (t, h, w), second_per_grid_t)`` and the text of a ``{"type": "video", "path"}`` (PyAV) or
+    ``{"type": "video", "frames": [...], "fps"?}`` part (default 2 frames/s)."""
+    from ._video import video_frames, video_grid
+
+    if "frames" in part:
+        frames = part["frames"]
+        if not isinstance(frames, list) or not frames:
+            raise BadRow(where, f"{field}.frames", f"= {frames!r}; expected a non-empty list of image paths")
+        paths = [_media_path(f, base_dir, spec, where, f"{field}.frames[{k}]", "frame") for k, f in enumerate(frames)]
+    else:
+        paths = [_media_path(part.get("path"), base_dir, spec, where, f"{field}.path", "video")]
+    try:
+        images, fps = video_frames(tuple(str(q) for q in paths), where)
+        grid = video_grid(images, spec)
+    except ValueError as e:
+        raise BadRow(where, field, f"names a video that cannot be used ({e})") from e
+    fps = part.get("fps", fps)
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or fps <= 0:
+        raise BadRow(where, f"{field}.fps", f"= {fps!r}; expected a positive number of frames per second")
+    text = VISION_START + "<|video_pad|>" * spec.tokens(grid) + VISION_END
+    return (tuple(_recorded(q, spec) for q in paths), grid, spec.temporal_patch_size / float(fps)), text
+
+
+def audio_tokens_known(tokenizer, spec: AudioSpec) -> bool:
+    """True when the tokenizer holds added (special) tokens at the audio ids: ``<|AUDIO|>``/``<|audio_bos|>``/
+    ``<|audio_eos|>`` in a Qwen2.5-Omni tokenizer, or the Qwen2.5 added tokens Omni reuses at 151646-151648."""
+    ids = [spec.audio_token_id, spec.audio_start_token_id, spec.audio_end_token_id]
+    if max(ids) >= len(tokenizer):
+        return False
+    added = tokenizer.get_added_vocab()
+    return all(added.get(t) == i for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids))
+
+
+def _audio(
+    path, base_dir: Path | None, vision: VisionSpec, spec: AudioSpec, tokenizer, where: str, field: str
+) -> tuple[str, int, str]:
+    """``(recorded path, real mel frames, placeholder text)`` of one clip (frames from the Whisper features)."""
+    full = _media_path(path, base_dir, vision, where, field, "audio")
+    try:
+        _, mask = audio_features([load_audio(full, spec, where)], spec)
+    except ValueError as e:
+        raise BadRow(where, field, f"names audio {full}, which cannot be used ({e})") from e
+    frames = int(mask.sum())
+    return _recorded(full, vision), frames, spec.placeholder(tokenizer, frames)
+
+
+def expand_images(
+    row: dict,
+    key: str,
+    *,
+    base_dir: Path | None,
+    spec: VisionSpec,
+    where: str,
+    audio: AudioSpec | None = None,
+    tokenizer=None,
+):
+    """``(messages with string content, refs)`` with ``refs`` in text order: ``(path, (t, h, w))`` per
+    image, ``(absolute path, frames)`` per audio clip (``frames`` real mel frames, an ``int``) and ``((paths...),
+    (t, h, w), second_per_grid_t)`` per video (one path for a file, the frame paths for a frame list). Audio parts
+    need ``tokenizer`` (its strings for the audio ids are used, see :meth:`AudioSpec.placeholder`). Paths are
+    recorded relative to ``spec.media_root`` when it is set, else absolute.
 
     Raises:
-        BadRow: a malformed part, a missing or unreadable image, or ``<image>`` placeholders whose count
+        BadRow: a malformed part, a missing or unreadable image or clip, or ``<image>`` placeholders whose count
             differs from ``images``.
     """
     images = row.get("images")
@@ -69,11 +150,27 @@ def expand_images(row: dict, key: str, *, base_dir: Path | None, spec: VisionSpe
                     path, grid, text = _image(part.get("path"), base_dir, spec, where, f"{field}.path")
                     refs.append((path, grid))
                     parts.append(text)
+                elif kind == "video" and isinstance(part, dict):
+                    ref, text = _video(part, base_dir, spec, where, field)
+                    refs.append(ref)
+                    parts.append(text)
+                elif kind == "audio" and tokenizer is None:
+                    raise BadRow(
+                        where, field, "is an audio part but the tokenizer has no special tokens at the audio ids "
+                        f"{AudioSpec().audio_token_id}-{AudioSpec().audio_end_token_id} (<|AUDIO|>, <|audio_bos|>, "
+                        "<|audio_eos|>)", "use --tokenizer qwen2.5 or a Qwen2.5-Omni tokenizer",
+                    )  # fmt: skip
+                elif kind == "audio":
+                    path, frames, text = _audio(part.get("path"), base_dir, spec, audio or AudioSpec(), tokenizer,
+                                                where, f"{field}.path")  # fmt: skip
+                    refs.append((path, frames))
+                    parts.append(text)
                 else:
                     raise BadRow(
                         where,
                         field,
-                        f"= {part!r} is not a text part {{type: text, text}} or an image part {{type: image, path}}",
+                        f"= {part!r} is not a text part {{type: text, text}}, an image part {{type: image, path}} "
+                        "a video part {type: video, path | frames} or an audio part {type: audio, path}",
                     )
             content = "".join(parts)
         elif images is not None and PLACEHOLDER in content:

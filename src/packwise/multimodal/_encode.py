@@ -1,7 +1,8 @@
 """One multimodal chat with in-memory media (an Energon sample, a recipe) -> the fields a pack needs.
 
-Message parts ``{"type": "text", "text"}``, ``{"type": "image"}`` and ``{"type": "audio"}`` take the next
-entry of ``images`` (PIL images) / ``audios`` (float32 waveforms at ``AudioSpec.sampling_rate``) in order.
+Message parts ``{"type": "text", "text"}``, ``{"type": "image"}``, ``{"type": "video"}`` and ``{"type": "audio"}``
+take the next entry of ``images`` (PIL images) / ``videos`` (lists of PIL frames) / ``audios`` (float32 waveforms
+at ``AudioSpec.sampling_rate``) in order. Videos follow Qwen2.5-VL (``<|video_pad|>`` tokens, see ``_video``).
 Images follow Qwen2.5-VL (``<|vision_start|>`` + ``t·h·w/merge²`` ``<|image_pad|>`` + ``<|vision_end|>``),
 audio Qwen2.5-Omni (``<|audio_bos|>`` + n ``<|AUDIO|>`` + ``<|audio_eos|>``). ``mm_token_type_ids`` follows
 transformers' ``ProcessorMixin.create_mm_token_type_ids``: 0 text, 1 image, 2 video, 3 audio.
@@ -24,6 +25,8 @@ def encode_media_chat(
     *,
     images=(),
     audios=(),
+    videos=(),
+    video_fps=None,
     vision: VisionSpec | None = None,
     audio: AudioSpec | None = None,
     rope: str | None = None,
@@ -36,10 +39,12 @@ def encode_media_chat(
         (L,)`` int64, ``position_ids (3, L)`` int64 MRoPE (Qwen2.5-VL's rope index without audio, Qwen2.5-Omni's
         with audio or ``rope="qwen2_5_omni"``), and when present ``pixel_values (patches, 1176)`` float32,
         ``image_grid_thw (I, 3)`` int64, ``input_features (A, 128, 3000)`` float32, ``feature_attention_mask
-        (A, 3000)`` int64.
+        (A, 3000)`` int64, ``pixel_values_videos (patches, 1176)`` float32, ``video_grid_thw (V, 3)`` int64 and
+        ``second_per_grid_ts (V,)`` float32 (``temporal_patch_size / fps``; ``video_fps`` one rate per video,
+        default 2.0 frames/s).
 
     Raises:
-        ValueError: more or fewer media parts than ``images`` / ``audios``, or an unknown part type.
+        ValueError: more or fewer media parts than ``images`` / ``videos`` / ``audios``, or an unknown part type.
 
     Example:
         >>> from PIL import Image
@@ -56,12 +61,18 @@ def encode_media_chat(
 
     vision, audio = vision or VisionSpec(), audio or AudioSpec()
 
-    images, audios = list(images), list(audios)
+    from ._video import DEFAULT_FPS, VIDEO_TOKEN_ID, process_video
+
+    images, audios, videos = list(images), list(audios), [list(v) for v in videos]
+    fps = [DEFAULT_FPS] * len(videos) if video_fps is None else [float(f) for f in video_fps]
+    if len(fps) != len(videos):
+        raise ValueError(f"{where}: {len(fps)} video_fps for {len(videos)} videos; give one rate per video")
+    vids = [process_video(v, vision, where) for v in videos]
     grids, feats, mask = [], None, None
     if audios:
         feats, mask = audio_features(audios, audio)
     frames = [] if mask is None else mask.sum(-1).tolist()
-    n_img = n_aud = 0
+    n_img = n_aud = n_vid = 0
     out_msgs = []
     for j, m in enumerate(messages):
         content = m["content"]
@@ -75,25 +86,34 @@ def encode_media_chat(
                     grids.append(image_grid(images[n_img], vision))
                     parts.append(_V_START + _V_PAD * vision.tokens(grids[-1]) + _V_END)
                     n_img += 1
+                elif kind == "video" and n_vid < len(videos):
+                    parts.append(_V_START + "<|video_pad|>" * vision.tokens(vids[n_vid][1]) + _V_END)
+                    n_vid += 1
                 elif kind == "audio" and n_aud < len(audios):
                     parts.append(audio.placeholder(tokenizer, frames[n_aud]))
                     n_aud += 1
                 else:
                     raise ValueError(
-                        f"{where}: messages[{j}] part {part!r}: expected a text part, or an image/audio part with "
-                        f"an entry left in images ({len(images)}) / audios ({len(audios)})"
+                        f"{where}: messages[{j}] part {part!r}: expected a text part, or an image/video/audio part "
+                        f"with an entry left in images ({len(images)}) / videos ({len(videos)}) / audios "
+                        f"({len(audios)})"
                     )
             content = "".join(parts)
         out_msgs.append({**m, "content": content})
-    if (n_img, n_aud) != (len(images), len(audios)):
+    if (n_img, n_aud, n_vid) != (len(images), len(audios), len(videos)):
         raise ValueError(
-            f"{where}: {n_img} image and {n_aud} audio parts for {len(images)} images, {len(audios)} clips"
+            f"{where}: {n_img} image, {n_vid} video and {n_aud} audio parts for {len(images)} images, "
+            f"{len(videos)} videos, {len(audios)} clips"
         )
     [(ids, loss)] = encode_chats([out_msgs], tokenizer)
     ids = torch.from_numpy(ids.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == vision.image_token_id] = 1
+    types[ids == VIDEO_TOKEN_ID] = 2
     types[ids == audio.audio_token_id] = 3
+    need_vid = sum(vision.tokens(g) for _, g in vids)
+    if int((types == 2).sum()) != need_vid:
+        raise ValueError(f"{where}: {int((types == 2).sum())} <|video_pad|> tokens but the videos need {need_vid}")
     need_img = sum(vision.tokens(g) for g in grids)
     need_aud = sum(audio.tokens(f) for f in frames)
     if int((types == 1).sum()) != need_img or int((types == 3).sum()) != need_aud:
@@ -111,13 +131,21 @@ def encode_media_chat(
         out["pixel_values"], out["image_grid_thw"] = process_images_in_memory(images, vision)
     if audios:
         out["input_features"], out["feature_attention_mask"] = feats, mask
+    vgrid, secs = None, None
+    if videos:
+        vgrid = torch.stack([g for _, g in vids]).to(torch.int64)
+        secs = torch.tensor([vision.temporal_patch_size / f for f in fps], dtype=torch.float32)
+        out["pixel_values_videos"] = torch.cat([pv for pv, _ in vids])
+        out["video_grid_thw"], out["second_per_grid_ts"] = vgrid, secs
     if rope not in (None, "qwen2_5_vl", "qwen2_5_omni"):
         raise ValueError(f"rope={rope!r}; use 'qwen2_5_vl' or 'qwen2_5_omni'")
     if audios or rope == "qwen2_5_omni":
         out["position_ids"] = omni_position_ids(
             ids, image_grid_thw=grid_t if images else None, feature_attention_mask=mask if audios else None,
-            spatial_merge_size=vision.merge_size,
+            video_grid_thw=vgrid, second_per_grid_ts=secs, spatial_merge_size=vision.merge_size,
         )  # fmt: skip
     else:
-        out["position_ids"] = mrope_position_ids(ids, types, grid_t, spatial_merge_size=vision.merge_size)
+        out["position_ids"] = mrope_position_ids(
+            ids, types, grid_t, spatial_merge_size=vision.merge_size, video_grid_thw=vgrid, second_per_grid_ts=secs
+        )
     return out

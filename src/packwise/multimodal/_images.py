@@ -127,10 +127,12 @@ def process_images_in_memory(images: list, spec: VisionSpec):
     )
 
 
-def mrope_position_ids(input_ids, mm_token_type_ids, image_grid_thw, *, spatial_merge_size: int = 2):
+def mrope_position_ids(input_ids, mm_token_type_ids, image_grid_thw, *, spatial_merge_size: int = 2,
+                       video_grid_thw=None, second_per_grid_ts=None):  # fmt: skip
     """``(3, L)`` int64 MRoPE positions of one sample, computed by transformers' Qwen2.5-VL ``get_rope_index``.
 
-    Text tokens count up on all three rows; image tokens get (temporal, height, width) positions.
+    Text tokens count up on all three rows; image tokens get (temporal, height, width) positions; video tokens
+    (``mm_token_type_ids == 2``) temporal positions scaled by ``second_per_grid_ts`` (seconds per temporal patch).
 
     Example:
         >>> import torch
@@ -145,7 +147,11 @@ def mrope_position_ids(input_ids, mm_token_type_ids, image_grid_thw, *, spatial_
     grid = torch.as_tensor(image_grid_thw, dtype=torch.int64).reshape(-1, 3)
     if not bool(types.any()):
         return torch.arange(ids.shape[1]).expand(3, -1).clone()
-    pos, _ = _rope_index(spatial_merge_size)(ids, types, grid if grid.numel() else None)
+    vgrid = (
+        None if video_grid_thw is None or not len(video_grid_thw) else torch.as_tensor(video_grid_thw).reshape(-1, 3)
+    )
+    secs = None if vgrid is None or second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts).reshape(-1)
+    pos, _ = _rope_index(spatial_merge_size)(ids, types, grid if grid.numel() else None, vgrid, secs)
     return pos[:, 0].to(torch.int64)
 
 

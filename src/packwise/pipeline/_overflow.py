@@ -32,6 +32,8 @@ class OverflowCounts:
     tokens_dropped: int = 0
     loss_tokens_dropped: int = 0
     images_dropped: int = 0
+    audio_dropped: int = 0
+    videos_dropped: int = 0
 
 
 def apply_overflow(

@@ -113,6 +113,16 @@ def pack_columns(
 
         images = {**(vision or VisionSpec()).to_dict(), "images_packed": sum(len(m) for m in samples.media),
                   "images_dropped": oc.images_dropped}  # fmt: skip
+        videos = sum(len(r) == 3 for m in samples.media for r in m)
+        if videos or oc.videos_dropped:
+            images["images_packed"] -= videos
+            images |= {"videos_packed": videos, "videos_dropped": oc.videos_dropped}
+        if any(isinstance(r[1], int) for m in samples.media for r in m) or oc.audio_dropped:  # audio clips
+            from ..multimodal import AudioSpec
+
+            clips = sum(isinstance(r[1], int) for m in samples.media for r in m)
+            images["images_packed"] -= clips
+            images |= {"audio": AudioSpec().to_dict(), "audio_packed": clips, "audio_dropped": oc.audio_dropped}
     timings["overflow"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -243,7 +243,7 @@ def tokenize_rows(
             continue
         if vision_ids:
             try:
-                _check_vision_tokens(ids, vision_ids, bool(refs_of.get(row)), text_of[row], raw.locate(row))
+                _check_vision_tokens(ids, vision_ids, refs_of.get(row) or [], text_of[row], raw.locate(row))
             except BadRow as e:
                 errors.bad(row, e)
                 continue
@@ -255,7 +255,7 @@ def tokenize_rows(
             except BadRow as e:
                 errors.bad(row, e)
                 continue
-            mask = mask & (types[-1] == 0)  # image tokens are inputs, never targets (even in assistant turns)
+            mask = mask & (types[-1] == 0)  # media tokens are inputs, never targets (even in assistant turns)
         per_sample.append((ids, np.where(mask, ids, IGNORE_INDEX)))
         source.append(row)
     order = np.argsort(np.asarray(source, dtype=np.int64), kind="stable")
@@ -291,14 +291,19 @@ def _vision_ids(tokenizer) -> dict[int, str]:
     return {added[t]: t for t in VISION_TOKENS if t in added}
 
 
-def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], has_images: bool, text, where: str) -> None:
-    """Refuse vision tokens that came from typed text: in a row without images every vision token is
-    literal; in a row with images ``<|image_pad|>``/``<|vision_start|>``/``<|vision_end|>`` are counted against
-    the images by :func:`~packwise.pipeline._media.media_token_types`, and the others are always literal.
+def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], refs: list, text, where: str) -> None:
+    """Refuse vision tokens that came from typed text: in a row without media every vision token is
+    literal; in a row with media ``<|image_pad|>``/``<|vision_start|>``/``<|vision_end|>`` (and ``<|video_pad|>``
+    with videos) are counted against the media by :func:`~packwise.pipeline._media.media_token_types`, and the
+    others are always literal.
 
     Encoding them as plain text instead would make the packed ids differ from what the model's own tokenizer
     produces for the same text at inference (it matches special tokens in text), so the row is refused."""
+    from ._media import is_video
+
+    has_images = bool(refs)
     allowed = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
+    allowed += ("<|video_pad|>",) if any(is_video(r) for r in refs) else ()
     bad = [i for i, t in vision_ids.items() if t not in allowed]
     hit = np.isin(ids, bad)
     if not hit.any():
@@ -340,13 +345,21 @@ def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
     vision = vision or VisionSpec()
     if tokenizer.convert_tokens_to_ids("<|image_pad|>") != vision.image_token_id:
         raise ValueError(
-            f"{where}: images need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = {vision.image_token_id}); "
-            "use --tokenizer qwen2.5"
+            f"{where}: image/audio parts need a tokenizer with Qwen2.5's vision tokens (<|image_pad|> = "
+            f"{vision.image_token_id}); use --tokenizer qwen2.5"
         )
     from ._media import default_media_root
 
     base = default_media_root(raw.name)  # the input's folder; None for rows in memory (the cwd, unbounded)
-    return expand_images(row, "messages", base_dir=base, spec=vision, where=where)
+    return expand_images(row, "messages", base_dir=base, spec=vision, where=where, tokenizer=_audio_ready(tokenizer))
+
+
+def _audio_ready(tokenizer):
+    """The tokenizer, after checking it holds special tokens at the audio ids (else audio parts are refused)."""
+    from ..multimodal._chat import audio_tokens_known
+    from ._media import AUDIO
+
+    return tokenizer if audio_tokens_known(tokenizer, AUDIO) else None
 
 
 def _text_columns(raw: RawInput) -> list[str]:

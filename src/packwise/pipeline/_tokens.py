@@ -26,6 +26,8 @@ RESERVED = ("input_ids", "labels", "loss_mask")
 #: Columns packwise writes; an input holding them is probably packed already and would be corrupted.
 OUTPUT_COLUMNS = (
     "seq_lengths", "source_index", "image_paths", "image_sha256", "image_grid_thw", "images_per_sequence",
+    "audio_paths", "audio_frames", "audios_per_sequence", "video_paths", "video_grid_thw", "second_per_grid_ts",
+    "videos_per_sequence",
 )  # fmt: skip
 ID_LIMIT = 2**31
 #: HF's padding column: 1 = real token, 0 = padding (stripped on read, see the module docstring).

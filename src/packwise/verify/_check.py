@@ -59,7 +59,8 @@ class EquivalenceReport:
         return asdict(self)
 
 
-MEDIA = ("pixel_values", "image_grid_thw", "input_features", "feature_attention_mask")
+MEDIA = ("pixel_values", "image_grid_thw", "input_features", "feature_attention_mask", "pixel_values_videos",
+         "video_grid_thw", "second_per_grid_ts")  # fmt: skip
 
 
 def _docs(sequences) -> list[dict]:
@@ -93,7 +94,10 @@ def _docs(sequences) -> list[dict]:
                     feature_attention_mask=d.get("feature_attention_mask"),
                 )  # fmt: skip
             else:
-                d["position_ids"] = mrope_position_ids(d["input_ids"], mm, d.get("image_grid_thw", torch.zeros(0, 3)))
+                d["position_ids"] = mrope_position_ids(
+                    d["input_ids"], mm, d.get("image_grid_thw", torch.zeros(0, 3)),
+                    video_grid_thw=d.get("video_grid_thw"), second_per_grid_ts=d.get("second_per_grid_ts"),
+                )  # fmt: skip
     if len(docs) < 2:
         raise ValueError(f"check_equivalence needs at least 2 documents, got {len(docs)}")
     return docs

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl", "tiny-qwen2.5-omni")
@@ -186,6 +187,23 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
         elif b - a > max_tokens:
             doc = {k: v[:max_tokens] for k, v in doc.items()}
         docs.append(doc)
+    return _with_videos(docs, tokenizer, spec)
+
+
+def _with_videos(docs: list[dict], tokenizer, spec) -> list[dict]:
+    """Every fourth document becomes a video document (h18): 4 frames of seeded noise at 2 fps (56×56 → grid
+    (2, 4, 4), 8 ``<|video_pad|>`` tokens), built by :func:`packwise.multimodal.encode_media_chat`."""
+    from PIL import Image
+
+    from ..multimodal import encode_media_chat
+
+    rng = np.random.default_rng(0)
+    for i in range(3, len(docs), 4):
+        frames = [Image.fromarray(rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)) for _ in range(4)]
+        chat = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": f"What moves in clip {i}?"}]},
+                {"role": "assistant", "content": "Noise."}]  # fmt: skip
+        doc = encode_media_chat(chat, tokenizer, videos=[frames], vision=spec)
+        docs[i] = {k: v for k, v in doc.items() if k != "position_ids"}
     return docs
 
 
