@@ -45,7 +45,7 @@ class ConfigBuilders:
 
     def collate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`packwise.assemble.collate_packs`: ``layout``, ``labels``,
-        ``pack_width`` (``capacity`` with ``fixed_width``), ``emit``, ``mrope``.
+        ``pack_width`` (``capacity`` with ``fixed_width``), ``emit``, ``mrope``, ``max_seqlen``.
 
         Example:
             >>> from packwise import PackingConfig
@@ -58,6 +58,7 @@ class ConfigBuilders:
             "pack_width": self.capacity if self.fixed_width else None,
             "emit": tuple(name for name, on in self.emit.model_dump().items() if on),
             "mrope": self.consumer.mrope or None,
+            "max_seqlen": self.consumer.max_seqlen,
         }
 
     # -- components ------------------------------------------------------------------------------------
@@ -102,6 +103,7 @@ class ConfigBuilders:
             "fixed_width": (self.fixed_width, "the HF collator emits one tight THD row"),
             "loss_reduction": (self.loss_reduction != "token_mean", "the Trainer computes its own token-mean loss"),
             "consumer.multi_token_prediction": (self.consumer.multi_token_prediction, "MTP is a Megatron layer"),
+            "consumer.max_seqlen": (self.consumer.max_seqlen != "int", "HF attention reads max_length_q as an int"),
             **{f"emit.{k}": (not v, "the HF collator always emits it") for k, v in self.emit.model_dump().items()},
         }
         for key, (bad, reason) in why.items():

@@ -136,6 +136,9 @@ class Consumer(_Frozen):
     mrope: bool = False
     multi_token_prediction: bool = False
     varlen_only: bool = False
+    #: ``max_seqlen``/``max_length_q/k`` in batches as Python ints (HF, megatron-core ``PackedSeqParams``) or as
+    #: 0-d int32 tensors (Megatron-LM's ``get_batch_on_this_tp_rank`` broadcasts batch values as tensors).
+    max_seqlen: Literal["int", "tensor"] = "int"
 
 
 class Multimodal(_Frozen):

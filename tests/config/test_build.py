@@ -79,7 +79,9 @@ VARIANTS = {
         {"consumer": {"multi_token_prediction": True}},
     ),
     "consumer.varlen_only": None,  # rule-only: test_rule_only_fields
+    "consumer.max_seqlen": ({}, {"consumer": {"max_seqlen": "tensor"}}),
     "topology.pp": None,  # rule-only: test_rule_only_fields
+    "multimodal.media_root": ({}, {"multimodal": {"media_root": "/data/media"}}),
     "multimodal.min_pixels": ({}, {"multimodal": {"min_pixels": 28 * 28}}),
     "multimodal.max_pixels": ({}, {"multimodal": {"max_pixels": 28 * 28 * 64}}),
     "tokenizer": ({}, {"tokenizer": "qwen2.5"}),
@@ -152,3 +154,17 @@ def test_builders_refuse_what_they_cannot_build():
         PackingConfig(labels="shifted").data_collator()
     collate = PackingConfig(topology={"cp": 2}).data_collator()
     assert collate.alignment == 4
+
+
+def test_consumer_max_seqlen_tensor_for_megatron_lm_broadcast():
+    """consumer.max_seqlen='tensor': 0-d int32 tensors (Megatron-LM broadcasts batch values over TP ranks);
+    PackedSeqParams still gets Python ints; the HF collator refuses it."""
+    cfg = PackingConfig(capacity=16, labels="shifted", consumer={"max_seqlen": "tensor"})
+    batch = cfg.collator()([cfg.assemble([{"input_ids": torch.arange(5)}, {"input_ids": torch.arange(3)}])])
+    for key in ("max_seqlen", "max_seqlen_padded", "max_length_q", "max_length_k"):
+        assert batch[key].dtype == torch.int32 and batch[key].dim() == 0
+    assert int(batch["max_seqlen"]) == 5
+    params = cfg.packed_seq_params(batch)
+    assert params.max_seqlen_q == 5 and type(params.max_seqlen_q) is int
+    with pytest.raises(ValueError, match=r"consumer\.max_seqlen='tensor' does not fit the HF data collator"):
+        cfg.model_copy(update={"labels": "hf"}).data_collator()

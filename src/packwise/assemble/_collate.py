@@ -93,6 +93,7 @@ def collate_packs(
     pack_width: int | None = None,
     emit: Collection[str] = EMIT,
     mrope: bool | None = None,
+    max_seqlen: Literal["int", "tensor"] = "int",
 ) -> dict:
     """Batch packs for training.
 
@@ -112,6 +113,10 @@ def collate_packs(
         emit: which of ``position_ids``, ``padding_mask``, ``seq_idx`` to emit (``PackingConfig.emit``).
         mrope: force 3-row MRoPE position ids (True; text-only packs get three identical rows), refuse them
             (False), or follow the packs (None).
+        max_seqlen: ``"int"`` — ``max_seqlen``, ``max_seqlen_padded``, ``max_length_q/k`` as Python ints (what
+            HF and megatron-core's ``PackedSeqParams`` take); ``"tensor"`` — as 0-d int32 tensors, for pipelines
+            that broadcast every batch value across tensor-parallel ranks as tensors (Megatron-LM's
+            ``get_batch_on_this_tp_rank``); ``PackingConfig.consumer.max_seqlen``.
 
     Returns:
         A dict. Tensors: ``input_ids``, ``labels``, ``seq_idx`` (int32), ``padding_mask`` (bool) and extra
@@ -201,6 +206,11 @@ def collate_packs(
         if name not in emit:
             del batch[name]
     batch["labels_shifted"] = shifted
+    if max_seqlen == "tensor":
+        for key in ("max_seqlen", "max_seqlen_padded", "max_length_q", "max_length_k"):
+            batch[key] = torch.tensor(batch[key], dtype=torch.int32)
+    elif max_seqlen != "int":
+        raise ValueError(f"max_seqlen={max_seqlen!r}; use 'int' or 'tensor'")
     batch.update(_media(packs))
     if metadata:
         batch["metadata"] = metadata

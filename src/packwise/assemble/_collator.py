@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
 
 from ._collate import EMIT, Layout, collate_packs
 from ._columns import MEDIA_KEYS
@@ -14,7 +15,8 @@ class PackCollator:
     """Packs -> batch, with fixed options: a ``collate_fn`` for ``DataLoader``, ``PackingLoader`` and Energon.
 
     Args (keyword-only): as :func:`collate_packs` (``layout``, ``labels``, ``pack_width``, ``emit``,
-    ``mrope``, ``pad_to_multiple_of``, ``pad_values``, ``pad_token_id``), plus ``multi_token_prediction``:
+    ``mrope``, ``max_seqlen``, ``pad_to_multiple_of``, ``pad_values``, ``pad_token_id``), plus
+    ``multi_token_prediction``:
     refuse packs with images or video (Megatron's MTP conditions on the token embeddings, not on the
     precomputed vision embeddings spliced into them; upstream Megatron-LM lacks that path, draft PR #7253).
 
@@ -34,6 +36,7 @@ class PackCollator:
         pack_width: int | None = None,
         emit: Collection[str] = EMIT,
         mrope: bool | None = None,
+        max_seqlen: Literal["int", "tensor"] = "int",
         multi_token_prediction: bool = False,
         pad_to_multiple_of: int = 1,
         pad_values: Mapping[str, float] | None = None,
@@ -41,7 +44,7 @@ class PackCollator:
     ) -> None:
         self.options = {
             "layout": layout, "labels": labels, "pack_width": pack_width, "emit": tuple(emit), "mrope": mrope,
-            "pad_to_multiple_of": pad_to_multiple_of, "pad_values": dict(pad_values or {}),
+            "max_seqlen": max_seqlen, "pad_to_multiple_of": pad_to_multiple_of, "pad_values": dict(pad_values or {}),
             "pad_token_id": pad_token_id,
         }  # fmt: skip
         self.multi_token_prediction = multi_token_prediction
