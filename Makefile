@@ -28,8 +28,10 @@ $(VENV)/.dev: $(VENV)/.all
 demo: $(VENV)/.all
 	$(BIN)/packwise pack --output out/demo --overwrite
 
+# One OpenMP thread per process: the suite runs Ray workers, gloo ranks and CLI subprocesses next to pytest on
+# 2 cores, and torch's spinning OpenMP threads slowed the real-model tests by minutes under that contention.
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks examples
