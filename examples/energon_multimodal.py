@@ -7,14 +7,15 @@
 What it does:
 
 1. writes ``--samples`` chats to ``--workdir``: chitchat questions with real photos (scikit-image) and, for
-   ``omni``, speech-like chirps (wav) — as WebDataset tar shards prepared with ``energon prepare`` and, for
-   ``qwen2.5-vl``, as the same rows in JSONL with the PNG files beside it;
+   ``omni``, speech-like chirps (wav) — as WebDataset tar shards prepared with ``energon prepare`` and as
+   the same rows in JSONL with the PNG/WAV files beside it;
 2. Energon path: a ``TaskEncoder`` with :class:`packwise.integrations.energon.PackwiseTaskEncoderMixin`
    tokenizes each chat (``packwise.multimodal.encode_media_chat``: Qwen2.5-VL image tokens, Qwen2.5-Omni
    audio tokens, MRoPE from transformers' rope index) and packs every buffer; the alignment comes from the
    topology (``packwise.plan.alignment_multiple(cp=--cp)``) so every sequence splits evenly over the CP
    ranks; each batch becomes megatron-core ``PackedSeqParams`` and is sharded per CP rank;
-3. offline path (``qwen2.5-vl``): ``packwise pack`` on the JSONL with the same capacity and alignment;
+3. offline path (both recipes): ``packwise pack`` on the JSONL (image and audio parts) with the same capacity
+   and alignment;
 4. prints the packing report of each: utilisation, packs, samples/s, overflow counts.
 
 The last line printed is one JSON object: ``{"energon": {...}, "offline": {...} | null}``.
@@ -80,7 +81,7 @@ def photo(name: str, size: int) -> bytes:
 
 
 def make_data(workdir: Path, *, recipe: str, samples: int, long: int) -> None:
-    """Tar shards (+ ``energon prepare``) and, for qwen2.5-vl, the same rows as JSONL + PNG files."""
+    """Tar shards (+ ``energon prepare``) and the same rows as JSONL + PNG/WAV files."""
     from packwise.pipeline._demo import chitchat_conversations
 
     convs = chitchat_conversations()
@@ -107,10 +108,14 @@ def make_data(workdir: Path, *, recipe: str, samples: int, long: int) -> None:
             info = tarfile.TarInfo(f"{i:06d}.{ext}")
             info.size = len(payload)
             tars[i % 2].addfile(info, io.BytesIO(payload))
+        parts = [{"type": "text", "text": question}]
         if "png" in files:
             (workdir / "images" / f"{i:06d}.png").write_bytes(files["png"])
-            parts = [{"type": "text", "text": question}, {"type": "image", "path": f"images/{i:06d}.png"}]
-        else:
+            parts.append({"type": "image", "path": f"images/{i:06d}.png"})
+        if "wav" in files:
+            (workdir / "images" / f"{i:06d}.wav").write_bytes(files["wav"])
+            parts.append({"type": "audio", "path": f"images/{i:06d}.wav"})
+        if len(parts) == 1:
             parts = question
         jsonl.append({"messages": [{"role": "user", "content": parts}, messages[1]]})
     for tar in tars:
@@ -223,7 +228,8 @@ def run_offline(workdir: Path, *, capacity: int, cp: int, overflow: str) -> dict
     n = report["rows_read"]
     names = ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
              "samples_dropped", "tokens_dropped", "loss_tokens_dropped")  # fmt: skip
-    counts = {k: report[k] for k in names} | {"media_dropped": report["multimodal"]["images_dropped"]}
+    mm = report["multimodal"]
+    counts = {k: report[k] for k in names} | {"media_dropped": mm["images_dropped"] + mm.get("audio_dropped", 0)}
     return {
         "samples": n, "packs": m["num_packs"], "utilisation": round(m["utilisation"], 4),
         "samples_per_s": round(n / seconds, 1), "seconds": round(seconds, 2), "overflow": counts,
@@ -250,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"-> {energon['packs']} packs, utilisation {energon['utilisation']}, {energon['samples_per_s']} samples/s; "
           f"overflow {energon['overflow']}")  # fmt: skip
     offline = None
-    if args.recipe == "qwen2.5-vl" and not args.no_offline:
+    if not args.no_offline:
         offline = run_offline(args.workdir, capacity=args.capacity, cp=args.cp, overflow=args.overflow)
         print(f"offline  (packwise pack): {offline['samples']} samples -> {offline['packs']} packs, utilisation "
               f"{offline['utilisation']}, {offline['samples_per_s']} samples/s; overflow {offline['overflow']}")  # fmt: skip

@@ -39,6 +39,8 @@ def test_qwen25_vl_recipe_matches_the_offline_cli(tmp_path, capsys):
 def test_omni_recipe_packs_images_and_audio_with_cp_alignment(tmp_path):
     out = _recipe().main(["--recipe", "omni", "--samples", "8", "--long", "1", "--cp", "4",
                           "--workdir", str(tmp_path / "omni")])  # fmt: skip
-    energon = out["energon"]
-    assert out["offline"] is None and energon["alignment"] == 8 and energon["samples"] == 8
+    energon, offline = out["energon"], out["offline"]
+    assert energon["alignment"] == 8 and energon["samples"] == offline["samples"] == 8
     assert energon["overflow"]["samples_truncated"] >= 1 and 0 < energon["utilisation"] <= 1
+    # the offline CLI packs the same image + audio chats (JSONL audio parts): same tokens, same cuts
+    assert energon["overflow"] == offline["overflow"]
