@@ -53,8 +53,14 @@ from ..assemble import PackedSequence, assemble_pack, collate_packs
 from ..assemble._columns import MEDIA_KEYS
 from ..plan import plan_packs
 from ._energon_overflow import (
-    boundary_target, check_media, cut_points, loss_tokens, media_spans, slice_sample, zero_counts,
-)  # fmt: skip
+    boundary_target,
+    check_media,
+    cut_points,
+    loss_tokens,
+    media_spans,
+    slice_sample,
+    zero_counts,
+)
 
 SEQUENCE_FIELDS = ("input_ids", "labels", "loss_mask", "position_ids")
 #: Qwen2.5-VL / Qwen2.5-Omni placeholder token ids and span markers (vision start/end, audio bos/eos).
