@@ -114,9 +114,11 @@ def test_split_counts_the_target_each_later_piece_loses(labels):
     targets = int((batch["labels"] != -100).sum())
     # 82 targets (every token but each sample's first); 3 later pieces lose the target of their first token
     assert (targets, sum(n - 1 for n in LENS)) == (79, 82)
-    assert enc.packing_counts["loss_tokens_masked_at_boundary"] == 3 == batch["packing_counts"][
-        "loss_tokens_masked_at_boundary"
-    ]
+    assert (
+        enc.packing_counts["loss_tokens_masked_at_boundary"]
+        == 3
+        == batch["packing_counts"]["loss_tokens_masked_at_boundary"]
+    )
     assert (enc.packing_counts["samples_split"], enc.packing_counts["pieces_added"]) == (2, 3)
     from packwise import pack_dataset
 
@@ -160,3 +162,22 @@ def test_packing_length_that_over_reports_wastes_room_but_counts_real_tokens():
     assert max(lengths) <= 16 and sum(lengths) == 16 + 6 + 9 + 16 + 7
     c = enc.packing_counts
     assert (c["samples_truncated"], c["tokens_truncated"]) == (2, 25 - 16 + 40 - 16)  # real tokens, not reported
+
+
+def test_trl_completion_mask_is_the_loss_mask():
+    from megatron.energon.errors import FatalSampleError
+
+    def prompt_of_3(ids):
+        return (torch.arange(len(ids)) >= 3).long()  # TRL completion_mask: the first 3 tokens are the prompt
+
+    enc = _encoder(labels="hf", overflow="truncate")
+    packs, batch = _run(enc, _samples(completion_mask=prompt_of_3))
+    got = {tuple(k): p.pack.labels for k, p in zip(batch["keys"], packs)}
+    one = next(lab for keys, lab in got.items() if keys[0] == "1")  # sample 1 (6 tokens) opens a pack
+    assert one[:6].tolist() == [-100, -100, -100, 203, 204, 205]
+    # every sample: targets after its prompt, within the kept head (25 -> 16, 40 -> 16)
+    assert int((batch["labels"] != -100).sum()) == (16 - 3) + (6 - 3) + (9 - 3) + (16 - 3) + (7 - 3)
+    assert enc.packing_counts["loss_tokens_truncated"] == 9 + 24  # the cut tails are all completion
+    enc = _encoder(labels="hf", overflow="truncate")
+    with pytest.raises(FatalSampleError, match=r"sample '0' has 'completion_mask' and 'labels': .* ambiguous"):
+        enc.select_samples_to_pack(_samples(completion_mask=prompt_of_3, labels=lambda ids: ids))

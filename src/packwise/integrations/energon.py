@@ -31,7 +31,9 @@ Usage::
         def preencode_sample(self, sample): ...   # -> an object with input_ids (and labels / loss_mask)
 
 Samples in the buffer must expose ``input_ids`` (and optionally ``labels``, ``loss_mask``,
-``position_ids``, media fields and a ``packing_key``). Do the tokenizing in ``preencode_sample``; with
+``position_ids``, media fields and a ``packing_key``). TRL's ``completion_mask`` / ``assistant_masks`` are read as
+``loss_mask`` (as ``pack_dataset`` reads them); next to ``labels`` or ``loss_mask`` they are refused. Do the
+tokenizing in ``preencode_sample``; with
 megatron-energon 7.4.1 an overridden ``postencode_sample`` makes ``restore_sample`` fail (its
 ``PackingDataset.restore_sample`` unpacks a post-encoded member's key twice). Known Energon 7.4.1 issue: with
 ``repeat=False``, a shuffle buffer and more than one worker, a restored loader replays a worker's epoch (any
@@ -51,6 +53,7 @@ from megatron.energon.errors import FatalSampleError
 
 from ..assemble import PackedSequence, assemble_pack, collate_packs
 from ..assemble._columns import MEDIA_KEYS
+from ..pipeline._tokens import TRL_MASKS
 from ..plan import plan_packs
 from ._energon_overflow import (
     boundary_target,
@@ -170,7 +173,27 @@ class PackwiseTaskEncoderMixin:
 
     def _fields(self, sample) -> dict:
         names = (*self._token_names(), *MEDIA_KEYS)
-        return {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+        fields = {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+        masks = {f: _tensor(v) for f in TRL_MASKS if (v := getattr(sample, f, None)) is not None}
+        if masks:  # TRL's loss masks are the loss mask, as pack_dataset and PackedDataCollator read them
+            given = [k for k in ("labels", "loss_mask") if k in fields]
+            if given:
+                raise ValueError(
+                    f"sample {sample.__key__!r} has {next(iter(masks))!r} and {given[0]!r}: which tokens are targets "
+                    f"is ambiguous; keep one of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask)"
+                )
+            keep = torch.ones(fields["input_ids"].numel(), dtype=torch.bool)
+            for name, m in masks.items():
+                m = m.reshape(-1)
+                if m.shape[0] != keep.shape[0] or not bool(((m == 0) | (m == 1)).all()):
+                    raise ValueError(
+                        f"sample {sample.__key__!r}: {name} must hold one 0/1 per input id ({m.shape[0]} values, "
+                        f"{keep.shape[0]} input ids)"
+                    )
+                keep &= m.bool()
+                fields.pop(name, None)
+            fields["loss_mask"] = keep
+        return fields
 
     def _fit(self, sample, limit: int) -> tuple[list[dict], dict]:
         """``([fields of each kept piece], counts)`` for one sample under the overflow policy."""
