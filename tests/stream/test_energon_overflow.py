@@ -66,3 +66,118 @@ def test_cuts_move_before_spans_and_slices_keep_whole_media():
     assert "image_grid_thw" not in mid and mid["mm_token_type_ids"].tolist().count(3) == 3
     tail, _ = slice_sample(sample(), 20, 24, spans, names)
     assert tail["image_grid_thw"].tolist() == [[1, 2, 2]] and tail["pixel_values"][:, 0].tolist() == [16, 17, 18, 19]
+
+
+# ---------------------------------------------------------------- the mixin's accounting (a real TaskEncoder)
+LENS = [25, 6, 9, 40, 7]  # at capacity 16, split: 25 -> 16 + 9, 40 -> 16 + 16 + 8 (3 pieces added)
+
+
+def _encoder(*, labels: str = "shifted", overflow: str = "split", under: int = 0):
+    from megatron.energon import TaskEncoder
+
+    from packwise import PackingConfig
+    from packwise.integrations.energon import PackwiseTaskEncoderMixin
+
+    class Enc(PackwiseTaskEncoderMixin, TaskEncoder):
+        packing_config = PackingConfig(capacity=16, labels=labels, buffer_size=8, overflow=overflow)
+
+        def packing_length(self, s):
+            return len(s.input_ids) - under
+
+    return Enc()
+
+
+def _samples(**fields_of):
+    from dataclasses import make_dataclass
+
+    from megatron.energon import Sample
+
+    names = ["input_ids", *fields_of]
+    TS = make_dataclass("TS", [(n, object) for n in names], bases=(Sample,))
+    out = []
+    for i, n in enumerate(LENS):
+        ids = torch.arange(n) + 100 * (i + 1)
+        extra = {k: f(ids) for k, f in fields_of.items()}
+        out.append(TS(__key__=str(i), __restore_key__=(), __subflavors__={}, input_ids=ids, **extra))
+    return out
+
+
+def _run(enc, samples):
+    packs = [p for g in enc.select_samples_to_pack(samples) for p in enc.pack_selected_samples(g)]
+    return packs, enc.batch(packs)
+
+
+@pytest.mark.parametrize("labels", ["shifted", "hf"])
+def test_split_counts_the_target_each_later_piece_loses(labels):
+    enc = _encoder(labels=labels)
+    packs, batch = _run(enc, _samples())
+    targets = int((batch["labels"] != -100).sum())
+    # 82 targets (every token but each sample's first); 3 later pieces lose the target of their first token
+    assert (targets, sum(n - 1 for n in LENS)) == (79, 82)
+    assert (
+        enc.packing_counts["loss_tokens_masked_at_boundary"]
+        == 3
+        == batch["packing_counts"]["loss_tokens_masked_at_boundary"]
+    )
+    assert (enc.packing_counts["samples_split"], enc.packing_counts["pieces_added"]) == (2, 3)
+    from packwise import pack_dataset
+
+    _, report = pack_dataset([{"input_ids": list(range(n))} for n in LENS], capacity=16, overflow="split")
+    assert report.loss_tokens_masked_at_boundary == 3  # the offline pipeline's name and number
+
+
+def test_split_boundary_count_follows_the_labels():
+    # HF labels with -100 on every token at a cut (16, 32): the later pieces lose no target
+    def labels(ids):
+        lab = ids.clone()
+        lab[[k for k in (16, 32) if k < len(ids)]] = -100
+        return lab
+
+    enc = _encoder()
+    _, batch = _run(enc, _samples(labels=labels))
+    assert enc.packing_counts["loss_tokens_masked_at_boundary"] == 0
+    assert int((batch["labels"] != -100).sum()) == 82 - 3  # the 3 masked labels, nothing lost at the cuts
+    # a Megatron row (labels = text[1:] + loss_mask): the earlier piece keeps the target of its last token
+    enc = _encoder()
+    _, batch = _run(enc, _samples(labels=lambda ids: ids + 1, loss_mask=lambda ids: torch.ones_like(ids)))
+    assert enc.packing_counts["loss_tokens_masked_at_boundary"] == 0
+    assert int((batch["labels"] != -100).sum()) == sum(LENS)
+
+
+def test_packing_length_that_under_reports_is_fatal():
+    from megatron.energon.errors import FatalSampleError
+
+    enc = _encoder(overflow="truncate", under=5)
+    msg = r"sample '0': packing_length says 20 tokens but its input_ids hold 25; .* packing_capacity 16"
+    with pytest.raises(FatalSampleError, match=msg):
+        enc.select_samples_to_pack(_samples())
+    with pytest.raises(FatalSampleError, match=r"sample '1': packing_length says 1 tokens but its input_ids hold 6"):
+        list(enc.pack_selected_samples(_samples()[1:3]))  # a restored group is checked too
+
+
+def test_packing_length_that_over_reports_wastes_room_but_counts_real_tokens():
+    enc = _encoder(overflow="truncate", under=-3)  # says 3 more tokens than the sample holds
+    packs, batch = _run(enc, _samples())
+    lengths = sorted(len(p.pack.input_ids) for p in packs)
+    assert max(lengths) <= 16 and sum(lengths) == 16 + 6 + 9 + 16 + 7
+    c = enc.packing_counts
+    assert (c["samples_truncated"], c["tokens_truncated"]) == (2, 25 - 16 + 40 - 16)  # real tokens, not reported
+
+
+def test_trl_completion_mask_is_the_loss_mask():
+    from megatron.energon.errors import FatalSampleError
+
+    def prompt_of_3(ids):
+        return (torch.arange(len(ids)) >= 3).long()  # TRL completion_mask: the first 3 tokens are the prompt
+
+    enc = _encoder(labels="hf", overflow="truncate")
+    packs, batch = _run(enc, _samples(completion_mask=prompt_of_3))
+    got = {tuple(k): p.pack.labels for k, p in zip(batch["keys"], packs)}
+    one = next(lab for keys, lab in got.items() if keys[0] == "1")  # sample 1 (6 tokens) opens a pack
+    assert one[:6].tolist() == [-100, -100, -100, 203, 204, 205]
+    # every sample: targets after its prompt, within the kept head (25 -> 16, 40 -> 16)
+    assert int((batch["labels"] != -100).sum()) == (16 - 3) + (6 - 3) + (9 - 3) + (16 - 3) + (7 - 3)
+    assert enc.packing_counts["loss_tokens_truncated"] == 9 + 24  # the cut tails are all completion
+    enc = _encoder(labels="hf", overflow="truncate")
+    with pytest.raises(FatalSampleError, match=r"sample '0' has 'completion_mask' and 'labels': .* ambiguous"):
+        enc.select_samples_to_pack(_samples(completion_mask=prompt_of_3, labels=lambda ids: ids))

@@ -27,13 +27,14 @@ MEDIA_BY_KIND = {
 }
 COUNT_FIELDS = (
     "samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
-    "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "media_dropped",
+    "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "media_dropped", "loss_tokens_masked_at_boundary",
 )  # fmt: skip
 
 
 def zero_counts() -> dict[str, int]:
     """Every overflow count at 0 (the names of ``packwise.pipeline`` ``OverflowCounts``, ``media_dropped`` for
-    images + videos + audio clips)."""
+    images + videos + audio clips, and the ``PackReport`` name ``loss_tokens_masked_at_boundary``: the target
+    each later piece of a split sample loses at its start)."""
     return dict.fromkeys(COUNT_FIELDS, 0)
 
 
@@ -164,3 +165,26 @@ def loss_tokens(fields: Mapping, start: int, end: int) -> int:
     if mask is not None:
         return int(torch.as_tensor(mask[start:end]).bool().sum())
     return end - start
+
+
+def boundary_target(fields: Mapping, start: int) -> int:
+    """1 when the token at ``start`` is a target that a piece starting there loses, else 0.
+
+    A piece is its own sequence: its first token is never predicted (no earlier token in the piece). HF rows
+    (``labels`` alone, ``loss_mask`` alone, neither) lose the target of that token; a Megatron row (``labels`` +
+    ``loss_mask``, ``labels = text[1:]``) loses nothing: the previous piece keeps the target of its last token.
+
+    Example:
+        >>> boundary_target({"input_ids": torch.arange(4)}, 2)
+        1
+        >>> boundary_target({"input_ids": torch.arange(4), "labels": torch.tensor([-100, -100, -100, 3])}, 2)
+        0
+    """
+    labels, mask = fields.get("labels"), fields.get("loss_mask")
+    if labels is not None and mask is not None:
+        return 0
+    if labels is not None:
+        return int(int(labels[start]) != IGNORE_INDEX)
+    if mask is not None:
+        return int(bool(mask[start]))
+    return 1

@@ -31,7 +31,9 @@ Usage::
         def preencode_sample(self, sample): ...   # -> an object with input_ids (and labels / loss_mask)
 
 Samples in the buffer must expose ``input_ids`` (and optionally ``labels``, ``loss_mask``,
-``position_ids``, media fields and a ``packing_key``). Do the tokenizing in ``preencode_sample``; with
+``position_ids``, media fields and a ``packing_key``). TRL's ``completion_mask`` / ``assistant_masks`` are read as
+``loss_mask`` (as ``pack_dataset`` reads them); next to ``labels`` or ``loss_mask`` they are refused. Do the
+tokenizing in ``preencode_sample``; with
 megatron-energon 7.4.1 an overridden ``postencode_sample`` makes ``restore_sample`` fail (its
 ``PackingDataset.restore_sample`` unpacks a post-encoded member's key twice). Known Energon 7.4.1 issue: with
 ``repeat=False``, a shuffle buffer and more than one worker, a restored loader replays a worker's epoch (any
@@ -51,8 +53,17 @@ from megatron.energon.errors import FatalSampleError
 
 from ..assemble import PackedSequence, assemble_pack, collate_packs
 from ..assemble._columns import MEDIA_KEYS
+from ..pipeline._tokens import TRL_MASKS
 from ..plan import plan_packs
-from ._energon_overflow import check_media, cut_points, loss_tokens, media_spans, slice_sample, zero_counts
+from ._energon_overflow import (
+    boundary_target,
+    check_media,
+    cut_points,
+    loss_tokens,
+    media_spans,
+    slice_sample,
+    zero_counts,
+)
 
 SEQUENCE_FIELDS = ("input_ids", "labels", "loss_mask", "position_ids")
 #: Qwen2.5-VL / Qwen2.5-Omni placeholder token ids and span markers (vision start/end, audio bos/eos).
@@ -119,8 +130,22 @@ class PackwiseTaskEncoderMixin:
         return counts
 
     def packing_length(self, sample) -> int:
-        """Tokens of a buffered sample (default ``len(sample.input_ids)``)."""
+        """Tokens of a buffered sample (default ``len(sample.input_ids)``); an override may over-report (wasted
+        room) but never under-report the tokens of ``input_ids`` (a ``FatalSampleError`` names the sample)."""
         return len(sample.input_ids)
+
+    def _length(self, sample, fields: dict | None = None) -> int:
+        """``packing_length(sample)``, checked against the tokens the pack will hold."""
+        reported = int(self.packing_length(sample))
+        ids = fields["input_ids"] if fields is not None else _tensor(sample.input_ids)
+        real = int(ids.numel())
+        if real > reported:
+            raise ValueError(
+                f"sample {sample.__key__!r}: packing_length says {reported} tokens but its input_ids hold {real}; "
+                f"packs planned on it would exceed packing_capacity {self._settings()[0]} — packing_length must "
+                "return at least len(sample.input_ids)"
+            )
+        return reported
 
     def packing_key(self, sample) -> Hashable:
         """Compatibility key; only samples with equal keys share a pack (default ``sample.packing_key``)."""
@@ -148,13 +173,34 @@ class PackwiseTaskEncoderMixin:
 
     def _fields(self, sample) -> dict:
         names = (*self._token_names(), *MEDIA_KEYS)
-        return {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+        fields = {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+        masks = {f: _tensor(v) for f in TRL_MASKS if (v := getattr(sample, f, None)) is not None}
+        if masks:  # TRL's loss masks are the loss mask, as pack_dataset and PackedDataCollator read them
+            given = [k for k in ("labels", "loss_mask") if k in fields]
+            if given:
+                raise ValueError(
+                    f"sample {sample.__key__!r} has {next(iter(masks))!r} and {given[0]!r}: which tokens are targets "
+                    f"is ambiguous; keep one of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask)"
+                )
+            keep = torch.ones(fields["input_ids"].numel(), dtype=torch.bool)
+            for name, m in masks.items():
+                m = m.reshape(-1)
+                if m.shape[0] != keep.shape[0] or not bool(((m == 0) | (m == 1)).all()):
+                    raise ValueError(
+                        f"sample {sample.__key__!r}: {name} must hold one 0/1 per input id ({m.shape[0]} values, "
+                        f"{keep.shape[0]} input ids)"
+                    )
+                keep &= m.bool()
+                fields.pop(name, None)
+            fields["loss_mask"] = keep
+        return fields
 
     def _fit(self, sample, limit: int) -> tuple[list[dict], dict]:
         """``([fields of each kept piece], counts)`` for one sample under the overflow policy."""
-        n = self.packing_length(sample)
         counts = zero_counts()
         fields = self._fields(sample)
+        self._length(sample, fields)
+        n = int(fields["input_ids"].numel())  # the real tokens (packing_length may over-report)
         where = f"sample {sample.__key__!r}"
         if any(k in fields for k in MEDIA_KEYS):  # every media sample: items agree with their tokens
             spans = media_spans(fields["input_ids"].cpu().numpy(), self.packing_media_tokens, self.packing_media_bounds)
@@ -187,7 +233,8 @@ class PackwiseTaskEncoderMixin:
                 samples_truncated=1, tokens_truncated=n - kept, loss_tokens_truncated=loss_tokens(fields, kept, n)
             )
         else:
-            counts.update(samples_split=1, pieces_added=len(cuts) - 1)
+            masked = sum(boundary_target(fields, s) for s, _ in cuts[1:])
+            counts.update(samples_split=1, pieces_added=len(cuts) - 1, loss_tokens_masked_at_boundary=masked)
         return pieces, counts
 
     # ------------------------------------------------------------------ Energon hooks
@@ -217,7 +264,7 @@ class PackwiseTaskEncoderMixin:
         groups: dict[Hashable, list[tuple[int, int]]] = {}
         alone, riders = [], []
         for i, s in enumerate(samples):
-            n = self.packing_length(s)
+            n = self._length(s)
             if n > limit:
                 pieces, _ = self._fit(s, limit)
                 if not pieces:

@@ -39,7 +39,9 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
 
     Padding (``attention_mask`` 0s around one contiguous run of 1s: left or right padding) is stripped, as
     ``pack_dataset`` does on read (:func:`packwise.pipeline._tokens.real_span`); 0s between real tokens are
-    refused."""
+    refused. TRL's loss masks (``completion_mask``, ``assistant_masks``) become the labels as ``pack_dataset``
+    reads them (:data:`packwise.pipeline._tokens.TRL_MASKS`: 1 = target, several: a target in all); together
+    with ``labels`` or ``loss_mask`` they are refused as ambiguous."""
     if not isinstance(feature, Mapping):
         raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
     if feature.get("input_ids") is None:
@@ -49,6 +51,26 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     ids = cols["input_ids"].reshape(-1)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"feature {index}: input_ids has dtype {ids.dtype}; token ids are integers")
+    from ..constants import IGNORE_INDEX
+    from ..pipeline._tokens import TRL_MASKS
+
+    masks = [k for k in TRL_MASKS if feature.get(k) is not None]
+    if masks:
+        given = [k for k in ("labels", "loss_mask") if k in cols]
+        if given:
+            raise ValueError(
+                f"feature {index} has {masks[0]!r} and {given[0]!r}: which tokens are targets is ambiguous; keep one "
+                f"of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask: 1 = target)"
+            )
+        keep = np.ones(ids.shape[0], dtype=bool)
+        for name in masks:
+            m = _array(feature[name], name, index).reshape(-1)
+            if m.shape[0] != ids.shape[0]:
+                raise ValueError(f"feature {index}: {name} has {m.shape[0]} values but input_ids has {ids.shape[0]}")
+            if not np.isin(m, (0, 1)).all():
+                raise ValueError(f"feature {index}: {name} must hold only 0/1 (1 = the token is a target)")
+            keep &= m.astype(bool)
+        cols["labels"] = np.where(keep, ids.astype(np.int64), IGNORE_INDEX).reshape(cols["input_ids"].shape)
     mask, span = feature.get("attention_mask"), None
     if mask is not None:
         from ..pipeline._tokens import real_span

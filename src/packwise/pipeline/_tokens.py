@@ -10,6 +10,10 @@ contiguous run (left padding, right padding or both); the 0s around it are paddi
 would be all ones). A mask with 0s *between* real tokens is not padding and is a bad row — unpadded, the
 model would have seen exactly the run of 1s, so that is what gets packed; anything else would be a guess.
 ``PackedDataCollator`` applies the same rule (:func:`real_span`).
+
+TRL's loss masks (``completion_mask``, ``assistant_masks``: :data:`TRL_MASKS`) are read as ``loss_mask`` (1 =
+the token is a target; two of them: a target in both, as TRL builds labels) and not carried into the packs; a
+row that also has ``labels`` or ``loss_mask`` is refused as ambiguous. ``PackedDataCollator`` does the same.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from ..constants import IGNORE_INDEX
 from ..io._read import BadRow, RawInput
 from ._samples import RowErrors, Samples
 
-RESERVED = ("input_ids", "labels", "loss_mask")
+#: TRL's tokenized loss masks, read as ``loss_mask`` (1 = the token is a target; several in one row: a target in
+#: all of them): ``completion_mask`` (prompt-completion data) and ``assistant_masks`` (``assistant_only_loss``).
+#: Source: trl 1.16 ``SFTTrainer._prepare_dataset`` (builds labels from them, then drops them).
+TRL_MASKS = ("completion_mask", "assistant_masks")
+RESERVED = ("input_ids", "labels", "loss_mask", *TRL_MASKS)
 #: Columns packwise writes; an input holding them is probably packed already and would be corrupted.
 OUTPUT_COLUMNS = (
     "seq_lengths", "source_index", "image_paths", "image_sha256", "image_grid_thw", "images_per_sequence",
@@ -185,27 +193,46 @@ def _check_labels(labels: np.ndarray, where: str) -> None:
         )  # fmt: skip
 
 
+def _ambiguous(masks: list[str], given: list[str]) -> tuple[str, str, str]:
+    """``(field, problem, fix)`` for a row with TRL mask columns and ``labels``/``loss_mask``."""
+    return (
+        masks[0],
+        f"is given together with {given[0]!r}: which tokens are targets is ambiguous",
+        f"keep one of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask: 1 = target)",
+    )
+
+
 def _labels(row: dict, ids: np.ndarray, where: str) -> np.ndarray:
     if row.get("labels") is not None and row.get("loss_mask") is not None:
         raise BadRow(where, "loss_mask", "is given together with 'labels'", "keep one of them (labels say more)")
+    masks = [k for k in TRL_MASKS if row.get(k) is not None]
+    given = [k for k in ("labels", "loss_mask") if row.get(k) is not None]
+    if masks and given:
+        raise BadRow(where, *_ambiguous(masks, given))
     if row.get("labels") is not None:
         labels = _int_list(row["labels"], where, "labels")
         if labels.shape != ids.shape:
             raise BadRow(where, "labels", f"has {labels.shape[0]} values but input_ids has {ids.shape[0]}")
         _check_labels(labels, where)
         return labels
-    if row.get("loss_mask") is not None:
-        if not isinstance(row["loss_mask"], (list, tuple)):
-            raise BadRow(where, "loss_mask", f"is {type(row['loss_mask']).__name__}, expected a list of 0/1")
-        mask = np.asarray(row["loss_mask"], dtype=object)
-        if mask.ndim != 1:
-            raise BadRow(where, "loss_mask", "is not a flat list of 0/1")
-        if mask.shape != ids.shape:
-            raise BadRow(where, "loss_mask", f"has {mask.shape[0]} values but input_ids has {ids.shape[0]}")
-        if not all(v in (0, 1) and not isinstance(v, float) for v in row["loss_mask"]):
-            raise BadRow(where, "loss_mask", "must hold only 0/1 or true/false")
-        return np.where(mask.astype(bool), ids, IGNORE_INDEX)
-    return ids.copy()
+    keep = np.ones(ids.shape[0], dtype=bool)
+    for name in masks or given:
+        keep &= _mask(row[name], ids, where, name)
+    return np.where(keep, ids, IGNORE_INDEX)
+
+
+def _mask(value, ids: np.ndarray, where: str, name: str) -> np.ndarray:
+    """A 0/1 per-token loss mask (``loss_mask`` or a TRL mask) as ``(L,)`` bool, 1 = the token is a target."""
+    if not isinstance(value, (list, tuple)):
+        raise BadRow(where, name, f"is {type(value).__name__}, expected a list of 0/1")
+    mask = np.asarray(value, dtype=object)
+    if mask.ndim != 1:
+        raise BadRow(where, name, "is not a flat list of 0/1")
+    if mask.shape != ids.shape:
+        raise BadRow(where, name, f"has {mask.shape[0]} values but input_ids has {ids.shape[0]}")
+    if not all(v in (0, 1) and not isinstance(v, float) for v in value):
+        raise BadRow(where, name, "must hold only 0/1 or true/false")
+    return mask.astype(bool)
 
 
 def _column(value: list, n: int, where: str, name: str) -> np.ndarray:
@@ -287,9 +314,14 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         row_of(np.flatnonzero((ids < 0) | (ids >= limit))),
         segment_error(lambda s, w: _check_vocab(s, vocab_size, w), ids),
     )
-    present = {name: name in table.column_names for name in ("labels", "loss_mask")}
-    if all(present.values()):
+    present = {name: name in table.column_names for name in ("labels", "loss_mask", *TRL_MASKS)}
+    if present["labels"] and present["loss_mask"]:
         raise ValueError(f"{raw.name}: has both 'labels' and 'loss_mask' columns; keep one of them (labels say more)")
+    masks = [k for k in TRL_MASKS if present[k]]
+    given = [k for k in ("labels", "loss_mask") if present[k]]
+    if masks and given:
+        field, problem, fix = _ambiguous(masks, given)
+        raise ValueError(f"{raw.name}: column {field!r} {problem}; {fix}")
     labels = ids.copy()
     for name in (k for k, v in present.items() if v):
         other = table.column(name).combine_chunks()
@@ -317,9 +349,9 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
             bad = ~np.isin(aligned, (0, 1)) & given
             flag(
                 row_of(np.flatnonzero(bad)),
-                lambda r: BadRow(raw.locate(r), "loss_mask", "must hold only 0/1 or true/false"),
+                lambda r, name=name: BadRow(raw.locate(r), name, "must hold only 0/1 or true/false"),
             )
-            labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, ids)
+            labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, labels)  # several TRL masks: AND
     columns = {}
     for name in table.column_names:
         if name in RESERVED or not _is_list_of_numbers(table.schema.field(name).type):
