@@ -6,7 +6,8 @@ position-wise name (``...MLP``, ``...Norm``, ``...Embedding``, ``Linear``, ...) 
 (``...Model``, ``...ForCausalLM``: PEFT wrappers; their children are checked one by one), or is named in ``allow``.
 Layers that carry state along the sequence — Mamba/Mamba2 mixers, gated DeltaNet, Delta and Lightning
 (linear) attention, RWKV, short convolutions — are refused by name whatever ``allow`` says: on
-transformers' CPU/torch path their recurrence runs over the whole packed row (no ``seq_idx``/``cu_seqlens`` reset), so one document's state flows into the next.
+transformers' CPU/torch path their recurrence runs over the whole packed row (no ``seq_idx``/``cu_seqlens``
+reset), so one document's state flows into the next.
 Heads that pool one prediction per row (``...ForSequenceClassification``, ``...ForQuestionAnswering``,
 ``...ForMultipleChoice``, ``...ForNextSentencePrediction``, ``...ClassificationHead``) are refused too.
 The patched forward's boundary checks (:func:`_check_boundaries`) and the post-switch check
