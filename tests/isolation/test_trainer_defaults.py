@@ -142,3 +142,22 @@ def test_patched_model_refuses_packed_row_without_boundaries():
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1]])
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
     assert out.shape == (1, 11)
+
+
+@pytest.mark.slow
+def test_sft_trainer_padding_free_reads_seq_lengths(tmp_path):
+    """TRL's own padding_free collator (no PackedDataCollator) turns seq_lengths into cu_seq_lens_q/k: isolated."""
+    trl = pytest.importorskip("trl")
+    from packwise.tokenize import load_tokenizer
+
+    tok = load_tokenizer("qwen2.5")
+    vocab = len(tok)
+    model = use_packed_attention(_model(vocab), backend="sdpa")
+    reference = _reference_loss(model, vocab)
+    seen = []
+    model.register_forward_pre_hook(lambda m, a, k: seen.append(k["cu_seq_lens_q"].tolist()), with_kwargs=True)
+    args = _args(trl.SFTConfig, tmp_path, use_cpu=True, bf16=False, padding_free=True, max_length=None)
+    result = trl.SFTTrainer(model=model, args=args, train_dataset=_one_pack(vocab), processing_class=tok).train()
+    cu = seen[0]
+    assert sorted(b - a for a, b in zip(cu, cu[1:])) == sorted(LENGTHS)
+    assert result.training_loss == pytest.approx(reference, abs=1e-5)

@@ -224,6 +224,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         return out
 
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
+    if bool((input_ids < 0).any()):
+        return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
     if "labels" in cols:
         labels = place(cols["labels"], "labels", label_pad_id, torch.int64)
     else:

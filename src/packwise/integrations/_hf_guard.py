@@ -4,15 +4,22 @@ Checked, never assumed. A module is accepted when its class comes from a transfo
 :data:`VERIFIED_FAMILIES` (each one ISOLATED in ``docs/conformance.md``), from ``torch.nn``, has a
 position-wise name (``...MLP``, ``...Norm``, ``...Embedding``, ``Linear``, ...) or a container's
 (``...Model``, ``...ForCausalLM``: PEFT wrappers; their children are checked one by one), or is named in ``allow``.
-Layers that carry state along the sequence — Mamba/Mamba2 mixers, gated DeltaNet, short convolutions —
-are refused by name whatever ``allow`` says: on transformers' CPU/torch path their recurrence runs over the
-whole packed row (no ``seq_idx``/``cu_seqlens`` reset), so one document's state flows into the next.
+Layers that carry state along the sequence — Mamba/Mamba2 mixers, gated DeltaNet, Delta and Lightning
+(linear) attention, RWKV, short convolutions — are refused by name whatever ``allow`` says: on
+transformers' CPU/torch path their recurrence runs over the whole packed row (no ``seq_idx``/``cu_seqlens``
+reset), so one document's state flows into the next.
+Heads that pool one prediction per row (``...ForSequenceClassification``, ``...ForQuestionAnswering``,
+``...ForMultipleChoice``, ``...ForNextSentencePrediction``, ``...ClassificationHead``) are refused too.
+The patched forward's boundary checks (:func:`_check_boundaries`) and the post-switch check
+(:func:`_check_switched`) live here as well.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+import torch
 
 from ..attention import FEATURES, Backend
 
@@ -26,7 +33,17 @@ VERIFIED_FAMILIES = frozenset(
 )  # fmt: skip
 #: Encoder families (bidirectional attention, per document) and their first position id.
 ENCODERS = {"roberta": "pad_token_id + 1", "bert": "0"}
-_STATEFUL = re.compile(r"Mamba|DeltaNet|ShortConv|Mixer|SSM|Recurrent|RWKV|Retention|LinearAttention|Conv1d")
+#: Stateful sequence mixers, refused whatever ``allow`` says. Case-insensitive except ``SSM`` (which would hit
+#: ``GptOssMLP``): RWKV/Rwkv, Mamba, (gated) DeltaNet and Delta attention (Kimi Linear), Lightning attention
+#: (MiniMax), linear attention, short/1-D convolutions, recurrent and retention layers.
+_STATEFUL = re.compile(
+    r"SSM|(?i:mamba|deltanet|delta\w*attention|lightning|linear\w*attention|shortconv|mixer|recurrent|rwkv|"
+    r"retention|conv1d)"
+)
+#: Heads that pool ONE prediction per row (a pack would get one label for all its documents).
+_PER_ROW_HEAD = re.compile(
+    r"For(SequenceClassification|QuestionAnswering|MultipleChoice|NextSentencePrediction)$|ClassificationHead$"
+)
 _POSITIONWISE = re.compile(
     r"(MLP|Norm|RMSNorm|LayerNorm|Embedding|Embeddings|Embed|Linear|Dropout|Activation|Act|Experts|Router|Gate|"
     r"Identity|ModuleList|ModuleDict|ParameterList|ParameterDict|Sequential|Model|ForCausalLM)$"
@@ -59,6 +76,13 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
     for module in model.modules():
         cls = type(module)
         name, family = cls.__name__, _family(cls)
+        if _PER_ROW_HEAD.search(name):
+            raise PackingRefused(
+                f"{name} pools one prediction per row (sequence classification, question answering, multiple "
+                "choice, next-sentence prediction): a packed row would get ONE prediction for all its documents. "
+                "packwise refuses this head: train it unpacked (padded batches), or use a per-token head "
+                "(...ForCausalLM, ...ForTokenClassification, ...ForMaskedLM)"
+            )
         if family and _STATEFUL.search(name):
             raise PackingRefused(
                 f"{name} in model type {model_type!r} carries state along the sequence (a recurrent/convolutional "
@@ -121,3 +145,85 @@ def position_offset(model) -> int:
     if config.model_type in ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl"):
         return int(config.pad_token_id) + 1
     return 0
+
+
+def _check_switched(model, name: str) -> None:
+    """Raise unless the model's config (and every sub-config) now names packwise attention.
+
+    transformers only logs a warning when a model cannot switch attention at run time (Falcon, whose
+    attention class is chosen in ``__init__``), leaving it on eager/sdpa, which merges packed documents."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    configs = [("config", config)]
+    for key in getattr(config, "sub_configs", None) or {}:
+        sub = getattr(config, key, None)
+        if sub is not None and hasattr(sub, "_attn_implementation"):
+            configs.append((f"config.{key}", sub))
+    stale = {where: cfg._attn_implementation for where, cfg in configs if cfg._attn_implementation != name}
+    if stale:
+        cls = type(model).__name__
+        found = ", ".join(f"{k}._attn_implementation={v!r}" for k, v in stale.items())
+        raise ValueError(
+            f"{cls} did not switch to packwise attention: {found} "
+            f"after set_attn_implementation({name!r}): transformers cannot route this model's attention through "
+            "AttentionInterface (it only logs a warning), so packed documents would attend to each other. packwise "
+            "refuses this model: train it unpacked (padded batches), or use a model family whose attention "
+            "dispatches through AttentionInterface"
+        )
+
+
+def _check_boundaries(kwargs: dict, offset: int) -> None:
+    """Refuse a packed row whose boundaries the attention cannot see.
+
+    Without ``cu_seq_lens_q``: position ids that restart (do not increase) between two consecutive REAL
+    tokens (``attention_mask`` 1 at ``t-1`` and ``t``; no mask: every token) — HF's left padding restarts
+    positions after the pads and stays allowed. With ``cu_seq_lens_q`` and 2-D position ids: positions must
+    increase by exactly 1 inside every segment (a segment holding several documents would leak).
+    """
+    pos = kwargs.get("position_ids")
+    if not isinstance(pos, torch.Tensor) or pos.shape[-1] < 2:
+        return
+    if pos.dim() == 3:  # MRoPE: [4, B, T] carries the text positions in row 0; [3, B, T] none
+        if pos.shape[0] != 4:
+            return
+        pos = pos[0]
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:
+        restart = pos.diff(dim=-1) <= 0
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor):
+            if mask.dim() != 2 or mask.shape[-1] != pos.shape[-1]:
+                return  # a custom 4-D mask (or one covering a cache): it carries its own boundaries
+            real = mask.to(torch.bool)
+            restart = restart & real[..., 1:] & real[..., :-1]
+        if bool(restart.any()):
+            where = int(restart.nonzero()[0, -1]) + 1
+            raise ValueError(
+                f"a packed row reached the model without boundaries: position_ids restart at token {where} but no "
+                "cu_seq_lens_q/k were given (an attention_mask of ones does not separate documents), so documents "
+                "would attend to each other. Build batches with packwise.hf.PackedDataCollator (it emits "
+                "cu_seq_lens_q/k from seq_lengths)"
+            )
+        return
+    if pos.dim() == 2 and int(cu[-1]) == pos.numel():
+        flat = pos.reshape(-1)
+        step = flat.diff() != 1
+        starts = cu[1:-1].long()
+        inside = torch.ones_like(step)
+        inside[(starts - 1).clamp(min=0, max=max(step.numel() - 1, 0))] = False  # a segment start may restart
+        bad = step & inside
+        if bool(bad.any()):
+            where = int(bad.nonzero()[0, 0]) + 1
+            raise ValueError(
+                f"position_ids restart at token {where} inside a segment of cu_seq_lens_q {cu.tolist()}: the "
+                "boundaries do not match the documents, so documents in one segment would attend to each other. "
+                "Build input_ids, position_ids and cu_seq_lens_q/k with one PackedDataCollator call"
+            )
+    if pos.dim() == 2 and pos.shape[0] == 1 and offset:
+        starts = pos[0, cu[:-1].long().clamp(max=pos.shape[-1] - 1)]
+        if bool((starts[cu.diff() > 0] != offset).any()):
+            raise ValueError(
+                f"documents start at position ids {sorted(set(starts.tolist()))} but this model's first position is "
+                f"{offset} (RoBERTa-style: pad_token_id + 1); use PackedDataCollator(position_offset={offset})"
+            )

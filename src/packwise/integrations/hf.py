@@ -24,7 +24,15 @@ from ..assemble import PackedSequence, assemble_batch, assemble_pack, collate_pa
 from ..assemble._pack import MEDIA_KEYS
 from ..attention import BACKENDS, Backend
 from ._hf_attention import packwise_attention_forward
-from ._hf_guard import ENCODERS, PackingRefused, _family, check_model, position_offset
+from ._hf_guard import (
+    ENCODERS,
+    PackingRefused,
+    _check_boundaries,
+    _check_switched,
+    _family,
+    check_model,
+    position_offset,
+)
 
 __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
@@ -109,6 +117,26 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     return [{k: torch.from_numpy(np.ascontiguousarray(p[i])) for k, p in parts.items()} for i in range(len(lengths))]
 
 
+def _split(feature: Mapping, index: int) -> list[dict]:
+    """:func:`_sequences`, with the cause named when a truncating trainer or collator cut a pack short."""
+    try:
+        return _sequences(feature, index)
+    except ValueError as e:
+        lengths = feature.get("seq_lengths") if isinstance(feature, Mapping) else None
+        ids = feature.get("input_ids") if isinstance(feature, Mapping) else None
+        try:
+            total, n = int(np.asarray(lengths).sum()), int(np.size(ids))
+        except (TypeError, ValueError):
+            raise e from None
+        if total <= n:
+            raise
+        raise ValueError(
+            f"{e}: its documents hold {total} tokens but only {n} arrived — a truncating trainer or collator cut the "
+            f"pack (TRL's SFTConfig(max_length=1024) is the default: SFTTrainer truncates every row to it). Fix: "
+            f"SFTConfig(max_length=None), or pack with a capacity <= max_length"
+        ) from None
+
+
 def _array(value, name: str, index: int) -> np.ndarray:
     """A feature column as a numeric numpy array, or a TypeError naming the feature, column and value."""
     if isinstance(value, torch.Tensor):
@@ -183,20 +211,21 @@ class PackedDataCollator:
     def __call__(self, features: Sequence[Mapping]) -> dict:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
-        if not self._trainer_checked and not any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features):
-            self._trainer_checked = _check_trainer_kept_boundaries()  # once per collator, when a Trainer calls it
+        if not self._trainer_checked:  # once per collator, when a Trainer calls it
+            packed = any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features)
+            self._trainer_checked = _check_trainer_kept_boundaries(packed=packed)
         if not any(isinstance(f, PackedSequence) or "loss_mask" in f for f in features):
             # one fused pass (same batch, bit for bit): HF rows only; Megatron rows (labels + loss_mask) and packs
             # take the two-step path, which converts them to HF labels or refuses a conversion that loses a target
             batch = assemble_batch(
-                [_sequences(f, i) for i, f in enumerate(features)], alignment=self.alignment,
+                [_split(f, i) for i, f in enumerate(features)], alignment=self.alignment,
                 position_offset=self.position_offset, pad_token_id=self.pad_token_id,
                 pad_to_multiple_of=self.pad_to_multiple_of,
             )  # fmt: skip
         else:
             packs = [
                 f if isinstance(f, PackedSequence) else assemble_pack(
-                    _sequences(f, i), alignment=self.alignment, position_offset=self.position_offset,
+                    _split(f, i), alignment=self.alignment, position_offset=self.position_offset,
                     pad_token_id=self.pad_token_id,
                 )
                 for i, f in enumerate(features)
@@ -214,12 +243,14 @@ class PackedDataCollator:
         return out
 
 
-def _check_trainer_kept_boundaries() -> bool:
+def _check_trainer_kept_boundaries(*, packed: bool = False) -> bool:
     """Raise if a ``transformers.Trainer`` up the call stack pruned ``seq_lengths`` from a packed dataset.
 
     The Trainer drops dataset columns that are not ``model.forward`` parameters before the collator runs, so
     a pack would reach the model as one document. Checked on the collator's first batch (in the process that
-    runs the Trainer: ``dataloader_num_workers=0``, the default). Returns whether a Trainer was found.
+    runs the Trainer: ``dataloader_num_workers=0``, the default). Also refuses accelerate's batch dispatching
+    of an iterable dataset (it slices ``cu_seq_lens_q/k`` to the batch size). ``packed``: the rows still carry
+    ``seq_lengths`` (nothing was pruned). Returns whether a Trainer was found.
     """
     trainer_mod = sys.modules.get("transformers.trainer")
     if trainer_mod is None:
@@ -234,34 +265,68 @@ def _check_trainer_kept_boundaries() -> bool:
         frame = frame.f_back
     else:
         return False
+    if not packed:
+        _check_pruned(trainer)
+    dispatch = getattr(getattr(trainer.args, "accelerator_config", None), "dispatch_batches", None)
+    evals = getattr(trainer, "eval_dataset", None)
+    sets = [trainer.train_dataset, *(evals.values() if isinstance(evals, dict) else [evals])]
+    iterable = [d for d in sets if isinstance(d, torch.utils.data.IterableDataset)]
+    if iterable and dispatch is not False:
+        raise ValueError(
+            f"{type(trainer).__name__} hands an iterable dataset ({type(iterable[0]).__name__}) to "
+            "accelerate, which dispatches its batches (accelerator_config.dispatch_batches defaults to True for "
+            "iterable datasets) and slices every tensor to the batch size along dim 0 — cutting cu_seq_lens_q/k to "
+            "one value. Fix: TrainingArguments(accelerator_config={'dispatch_batches': False})"
+        )
+    return True
+
+
+def _check_pruned(trainer) -> None:
+    """Raise if the Trainer pruned ``seq_lengths`` (or may have, from a dataset that cannot be inspected)."""
     if not getattr(trainer.args, "remove_unused_columns", False):
-        return True
+        return
     kept = trainer._signature_columns or []
     sets = (
         [trainer.train_dataset, *(getattr(trainer, "eval_dataset", None) or {}).values()]
         if isinstance(getattr(trainer, "eval_dataset", None), dict)
         else [trainer.train_dataset, getattr(trainer, "eval_dataset", None)]
     )
-    has = any(_has_seq_lengths(d) for d in sets if d is not None)
-    if has and "seq_lengths" not in kept:
+    if "seq_lengths" in kept:
+        return
+    seen = [_has_seq_lengths(d) for d in sets if d is not None]
+    if None in seen and True not in seen:
+        raise ValueError(
+            f"{type(trainer).__name__} prunes dataset columns (remove_unused_columns=True keeps only "
+            f"{type(trainer.model).__name__}.forward's parameters, which lack 'seq_lengths') and its dataset "
+            f"({', '.join(sorted({type(d).__name__ for d in sets if d is not None and _has_seq_lengths(d) is None}))}) "
+            "cannot be inspected, so PackedDataCollator cannot tell whether the rows were packs: a pack would "
+            "reach the model as ONE document. Fix: call packwise.hf.use_packed_attention(model) before building "
+            "the Trainer (the patched forward accepts seq_lengths), or pass "
+            "TrainingArguments(remove_unused_columns=False)"
+        )
+    if True in seen:
         raise ValueError(
             f"{type(trainer).__name__} removed the 'seq_lengths' column (remove_unused_columns=True keeps only "
             f"{type(trainer.model).__name__}.forward's parameters), so PackedDataCollator would merge every pack into "
             "ONE document. Fix: call packwise.hf.use_packed_attention(model) before building the Trainer (the patched "
             "forward accepts seq_lengths), or pass TrainingArguments(remove_unused_columns=False)"
         )
-    return True
 
 
-def _has_seq_lengths(dataset) -> bool:
-    """Whether a dataset's rows carry ``seq_lengths``: a ``datasets.Dataset``'s columns, else its first row."""
+def _has_seq_lengths(dataset) -> bool | None:
+    """Whether a dataset's rows carry ``seq_lengths``: a ``datasets`` dataset's columns, else its first row.
+
+    None when it cannot be told: an iterable dataset (torch ``IterableDataset``, a ``datasets.IterableDataset``
+    with unknown features) or one that cannot be indexed."""
     names = getattr(dataset, "column_names", None)
     if names is not None:
         return "seq_lengths" in names
+    if isinstance(dataset, torch.utils.data.IterableDataset) or type(dataset).__name__ == "IterableDataset":
+        return None  # iterating would consume it
     try:
         first = dataset[0]  # a torch map-style Dataset or a list of dicts (Trainer prunes their keys per batch)
-    except Exception:  # an iterable dataset or one that cannot be indexed: nothing to inspect
-        return False
+    except Exception:  # cannot be indexed: nothing to inspect
+        return None
     return isinstance(first, Mapping) and "seq_lengths" in first
 
 
@@ -313,7 +378,8 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
         PackingRefused: (a ``ValueError``) a stateful mixer (Mamba, gated DeltaNet, short conv: named with
             the model type), an unverified module class (named, with the ``allow`` opt-in), or a config
             feature the backend cannot honour (field and value).
-        ValueError: an unknown backend, or a model that cannot switch attention implementation.
+        ValueError: an unknown backend, or a model that cannot switch attention implementation (checked on
+            ``config._attn_implementation`` and every sub-config afterwards: Falcon only logs a warning).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -331,6 +397,7 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
         model.set_attn_implementation(name)
     except (ValueError, AttributeError) as e:
         raise ValueError(f"{type(model).__name__} cannot switch to packwise attention: {e}") from e
+    _check_switched(model, name)
     for module in model.modules():
         if _family(type(module)) in ENCODERS and getattr(module, "is_causal", None) is False:
             module._packwise_bidirectional = True  # an encoder's self-attention: per document, both directions
@@ -362,30 +429,3 @@ def _wrap_forward(model) -> None:
     forward._packwise = True
     forward.__doc__ = type(model).forward.__doc__
     model.forward = types.MethodType(forward, model)
-
-
-def _check_boundaries(kwargs: dict, offset: int) -> None:
-    pos = kwargs.get("position_ids")
-    if not isinstance(pos, torch.Tensor) or pos.shape[-1] < 2:
-        return
-    if pos.dim() == 3:  # MRoPE: [4, B, T] carries the text positions in row 0; [3, B, T] none
-        if pos.shape[0] != 4:
-            return
-        pos = pos[0]
-    cu = kwargs.get("cu_seq_lens_q")
-    if cu is None:
-        if kwargs.get("attention_mask") is None and bool((pos.diff(dim=-1) <= 0).any()):
-            where = int((pos.diff(dim=-1) <= 0).nonzero()[0, -1]) + 1
-            raise ValueError(
-                f"a packed row reached the model without boundaries: position_ids restart at token {where} but no "
-                "cu_seq_lens_q/k were given, so documents would attend to each other. Build batches with "
-                "packwise.hf.PackedDataCollator (it emits cu_seq_lens_q/k from seq_lengths)"
-            )
-        return
-    if pos.dim() == 2 and pos.shape[0] == 1 and offset:
-        starts = pos[0, cu[:-1].long().clamp(max=pos.shape[-1] - 1)]
-        if bool((starts[cu.diff() > 0] != offset).any()):
-            raise ValueError(
-                f"documents start at position ids {sorted(set(starts.tolist()))} but this model's first position is "
-                f"{offset} (RoBERTa-style: pad_token_id + 1); use PackedDataCollator(position_offset={offset})"
-            )
