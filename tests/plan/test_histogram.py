@@ -127,3 +127,16 @@ def test_streamed_plan_hash_and_pack_offsets():
         assert hp.plan_hash(*chunks, chunk_packs=100) == ref.plan_hash()
         with pytest.raises(ValueError, match="order chunks hold 1999 values, the plan 2000"):
             hp.plan_hash([lengths], [ref.order[1:]])
+
+
+def test_cli_histogram_all_leaves_balanced_knapsack_out_above_1e8(tmp_path):
+    """The new-user trial's 1e9 example took 5.6 min, 335 s of it balanced_greedy_knapsack: left out (and said)."""
+    from packwise.cli._plan import compare_histogram
+
+    counts = np.zeros(65, dtype=np.int64)
+    counts[[8, 24, 40]] = 50_000_000  # 1.5e8 sequences
+    out = compare_histogram(counts, capacities=[64], algorithms="all")
+    assert "balanced_greedy_knapsack" not in out["algorithms"]
+    assert [s["algorithm"] for s in out["skipped"]] == ["balanced_greedy_knapsack"]
+    named = compare_histogram(counts[:41] // 10**6, capacities=[64], algorithms=["balanced_greedy_knapsack"])
+    assert named["algorithms"] == ["balanced_greedy_knapsack"] and not named["skipped"]
