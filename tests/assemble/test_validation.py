@@ -148,3 +148,17 @@ def test_damaged_shards_are_named(packed, tmp_path, how, message):
             load(out)
         assert str(info.value).startswith(str(shard))
     assert np.array_equal(PackedParquetDataset(packed)[0].input_ids.numpy(), [1, 2, 3, 4, 5])
+
+
+def test_trl_masks_are_loss_masks_in_assemble_pack():
+    """TRL's completion_mask / assistant_masks are loss masks in assemble_pack too (as pack_dataset reads them);
+    with labels or loss_mask they are ambiguous."""
+    row = {"input_ids": [11, 12, 13, 14], "completion_mask": [0, 0, 1, 1]}
+    assert assemble_pack([row]).labels.tolist() == [-100, -100, 13, 14]
+    both = {"input_ids": [11, 12, 13, 14], "completion_mask": [0, 1, 1, 1], "assistant_masks": [0, 0, 1, 1]}
+    assert assemble_pack([both]).labels.tolist() == [-100, -100, 13, 14]
+    assert "completion_mask" not in assemble_pack([row]).columns  # not carried as an inert per-token column
+    with pytest.raises(
+        ValueError, match=r"sequence 0: carries completion_mask \(TRL's loss mask\) together with labels"
+    ):
+        assemble_pack([{**row, "labels": [11, 12, 13, 14]}])

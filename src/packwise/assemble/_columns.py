@@ -15,7 +15,11 @@ MEDIA_KEYS = (
     "pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "input_features",
     "feature_attention_mask",
 )  # fmt: skip
-RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *MEDIA_KEYS)
+#: TRL's loss masks (prompt-completion ``completion_mask``, ``assistant_only_loss`` ``assistant_masks``): read as
+#: ``loss_mask`` (1 = the token is a target), as the offline pipeline does (``packwise.pipeline._tokens.TRL_MASKS``;
+#: kept apart so assemble does not import the pipeline layer).
+TRL_MASKS = ("completion_mask", "assistant_masks")
+RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *TRL_MASKS, *MEDIA_KEYS)
 #: Names the assembler and collator produce: a per-token column may not take them.
 PRODUCED = (
     "cu_seqlens", "cu_seqlens_padded", "max_seqlen", "seq_idx", "padding_mask", "total_tokens", "cu_seq_lens_q",
@@ -156,6 +160,21 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
         if lab is not None and lab.shape[0] != length:
             raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
         mask = seq.get("loss_mask")  # with labels: a Megatron row (labels = text[1:]); see assemble._pack._labels
+        trl = [k for k in TRL_MASKS if seq.get(k) is not None]
+        if trl:
+            if mask is not None or lab is not None:
+                other = "loss_mask" if mask is not None else "labels"
+                raise ValueError(
+                    f"sequence {i}: carries {trl[0]} (TRL's loss mask) together with {other}: which one says where the "
+                    f"loss is? Keep one (TRL lets labels win: drop {trl[0]}, or fold it into labels with -100)"
+                )
+            mask = seq[trl[0]]
+            mask = mask if isinstance(mask, Tensor) else as_tensor(mask, trl[0], i)
+            for k in trl[1:]:  # both: a target only where both masks say 1
+                other_mask = seq[k] if isinstance(seq[k], Tensor) else as_tensor(seq[k], k, i)
+                if other_mask.reshape(-1).shape != mask.reshape(-1).shape:
+                    raise ValueError(f"sequence {i}: {k} and {trl[0]} differ in length")
+                mask = mask.reshape(-1).bool() & other_mask.reshape(-1).bool()
         if mask is not None:
             mask = (mask if isinstance(mask, Tensor) else as_tensor(mask, "loss_mask", i)).reshape(-1)
             if mask.shape[0] != length:
