@@ -371,3 +371,35 @@ def test_same_input_same_bytes_and_plan_hash(tmp_path, write_jsonl, qwen):
     for f in (tmp_path / "a").iterdir():
         assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes(), f.name
     assert torch.__version__  # torch import kept for the assembler cases
+
+
+# -- config files: duplicate keys, unknown options, a directory ------------------------------------------------
+def test_config_duplicate_keys_are_refused_naming_key_and_line(tmp_path):
+    from packwise.config import PackingConfig
+
+    (tmp_path / "c.yaml").write_text("seed: 1\ncapacity: 64\ncapacity: 128\n")
+    with pytest.raises(ValueError, match=r"c\.yaml line 3: duplicate key 'capacity' \(first on line 2\)"):
+        PackingConfig.from_file(tmp_path / "c.yaml")
+    (tmp_path / "n.yaml").write_text("multimodal:\n  min_pixels: 4\n  min_pixels: 8\n")
+    with pytest.raises(ValueError, match=r"n\.yaml line 3: duplicate key 'min_pixels'"):
+        PackingConfig.from_file(tmp_path / "n.yaml")
+    (tmp_path / "c.json").write_text('{"capacity": 64, "capacity": 128}')
+    with pytest.raises(ValueError, match=r"c\.json: duplicate key 'capacity'"):
+        PackingConfig.from_file(tmp_path / "c.json")
+
+
+def test_config_errors_name_the_file_and_the_closest_option(tmp_path, capsys):
+    from packwise.config import PackingConfig
+
+    (tmp_path / "c.yaml").write_text("capasity: 64\nmultimodal:\n  min_pixel: 3\n")
+    with pytest.raises(ValueError) as e:
+        PackingConfig.from_file(tmp_path / "c.yaml")
+    assert str(e.value) == (
+        f"config file {tmp_path / 'c.yaml'}: invalid configuration: unknown option 'multimodal.min_pixel'; did you "
+        "mean 'min_pixels'?; unknown option 'capasity'; did you mean 'capacity'?"
+    )
+    (tmp_path / "d.yaml").mkdir()
+    assert main(["config", "show", str(tmp_path / "d.yaml")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: config file {tmp_path / 'd.yaml'} is a directory; pass a .yaml, .toml or .json file"
+    )
