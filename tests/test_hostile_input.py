@@ -227,7 +227,8 @@ def test_yaml_aliases_refused_and_inputs_never_echoed(tmp_path, write_jsonl, cap
     rc, err = run(capsys, "pack", data, "-o", tmp_path / "o", "--config", big)
     assert (rc, err) == (
         1,
-        "error: invalid configuration: capacity=<list of 100000 items>: Input should be a valid integer",
+        f"error: config file {big}: invalid configuration: capacity=<list of 100000 items>: Input should be a "
+        "valid integer",
     )
     deep = tmp_path / "deep.json"
     deep.write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
@@ -271,3 +272,42 @@ def test_image_paths_stay_inside_the_media_root(tmp_path, capsys):
 
     pack = PackedParquetDataset(tmp_path / "o2")[0]  # pixels re-read through the recorded root
     assert pack.media["image_grid_thw"].tolist() == [[1, 4, 4]]
+
+
+# -- inputs that would hang: FIFOs, devices, a line without end --------------------------------------------------
+def test_fifo_and_device_inputs_are_refused_before_opening_and_leave_no_output(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)  # opening it would block until a writer comes
+    out = tmp_path / "out"
+    code, err = run(capsys, "pack", str(fifo), "-o", str(out))
+    assert (code, err) == (
+        1,
+        f"error: input {fifo} is a named pipe (FIFO), not a regular file or directory; packwise reads files — "
+        "write the data to a file first",
+    )
+    assert not out.exists()
+    code, err = run(capsys, "pack", "/dev/zero", "-o", str(out), "--format", "jsonl")
+    assert code == 1 and err.startswith("error: input /dev/zero is a character device, not a regular file")
+    assert not out.exists()
+    with pytest.raises(ValueError, match="is a named pipe"):
+        read_input(fifo)
+
+
+def test_a_jsonl_line_over_the_limit_is_refused_naming_file_line_and_limit(tmp_path, monkeypatch):
+    from packwise.io import _read
+
+    ok = b'{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9]}'
+    assert len(ok) == 42
+    monkeypatch.setattr(_read, "MAX_JSONL_LINE_BYTES", 42)  # ok + newline: at the limit
+    f = tmp_path / "d.jsonl"
+    f.write_bytes(ok + b"\n" + ok + b"\n" + b'{"input_ids": [' + b"1, " * 20 + b"1]}\n")
+    with pytest.raises(ValueError) as e:
+        read_input(f)
+    assert str(e.value) == (
+        f"{f} line 3: longer than the 42 byte limit of one JSONL row; is this JSON lines (one object per line)? "
+        "Split the file into rows, or pass Parquet"
+    )
+    f.write_bytes(ok + b"\n" + ok)
+    assert read_input(f).rows == [json.loads(ok)] * 2

@@ -138,8 +138,12 @@ def _config_error(path: Path, e, model) -> ValueError:
             msg = f"unknown option {'.'.join(loc)!r}" + (f"; did you mean {close[0]!r}?" if close else "")
             lines.append(msg)
         else:
-            value = repr(x.get("input"))
-            value = value if len(value) <= 80 else value[:77] + "..."
+            value = x.get("input")  # containers summarised, never expanded (as cli._short)
+            if isinstance(value, dict | list | tuple | set):
+                value = f"<{type(value).__name__} of {len(value)} items>"
+            else:
+                value = repr(value)
+                value = value if len(value) <= 80 else value[:77] + "..."
             lines.append(f"{'.'.join(loc)}={value}: {msg}" if loc else msg)
     return ValueError(f"config file {path}: invalid configuration: {'; '.join(lines)}")
 
