@@ -403,3 +403,33 @@ def test_config_errors_name_the_file_and_the_closest_option(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         f"error: config file {tmp_path / 'd.yaml'} is a directory; pass a .yaml, .toml or .json file"
     )
+
+
+# -- load_packed checks every row of every shard -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("seq_lengths", [[4], [2, 1]], "row 1: column 'seq_lengths' sums to 3 but input_ids has 4 tokens"),
+        ("labels", [[1, 2, 3, 4], [5, 6, 7]], "row 1: column 'labels' has 3 entries but input_ids has 4"),
+        ("seq_lengths", [[4], [4, 0]], "row 1: column 'seq_lengths' holds a length below 1"),
+        ("source_index", [[0], [1]], "row 1: column 'source_index' has 1 entries but seq_lengths has 2 sequences"),
+    ],
+)
+def test_load_packed_refuses_rows_that_do_not_hold_together(column, value, message, write_jsonl, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packwise.io import load_packed
+
+    data = write_jsonl([{"input_ids": [1, 2, 3, 4]}, {"input_ids": [5, 6]}, {"input_ids": [7, 8]}])
+    out = tmp_path / "out"
+    assert main(["pack", str(data), "-o", str(out), "--capacity", "4", "--no-report", "-q"]) == 0
+    shard = out / "packs-00000-of-00001.parquet"
+    t = pq.read_table(shard)
+    assert t.column("seq_lengths").to_pylist() == [[4], [2, 2]]
+    assert load_packed(out).num_rows == 2
+    t = t.set_column(t.schema.get_field_index(column), column, pa.array(value, t.schema.field(column).type))
+    pq.write_table(t, shard)
+    with pytest.raises(ValueError) as e:
+        load_packed(out)
+    assert str(e.value) == f"{shard} {message}; the shard was modified — re-run packwise pack"
