@@ -30,6 +30,8 @@ from typing import Literal
 
 import numpy as np
 
+from ._literal import check_chats, check_pairs, special_token_pattern
+
 LossOn = Literal["assistant", "all"]
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -299,6 +301,8 @@ def encode_chats(
         Per conversation ``(input_ids (L,) int32, loss_mask (L,) bool)``.
 
     Raises:
+        BadRow: (a ValueError) a message's text holds a literal special token of the tokenizer
+            (``<|im_end|>``, ...), naming the conversation and field.
         ValueError: no chat template, a template whose assistant spans cannot be located or that marks no
             assistant token in any conversation with assistant turns (``loss_on="assistant"``), or a template
             over its budget (steps, seconds, output size; see the module docstring) or failing.
@@ -318,6 +322,7 @@ def encode_chats(
             "(e.g. 'chatml' on the CLI) or use prompt/completion or pre-tokenized input"
         )
     kwargs = _template_kwargs(tokenizer)
+    check_chats(chats, special_token_pattern(tokenizer), where)
     marked = bool(_GENERATION.search(template))
     backend = tokenizer.backend_tokenizer
     out: list[tuple[np.ndarray, np.ndarray]] = []
@@ -369,6 +374,7 @@ def encode_prompt_completion(
     loss_on: LossOn = "assistant",
     batch_size: int = 1024,
     progress: Callable[[int], None] | None = None,
+    where: Callable[[int], str] = lambda i: f"prompt/completion pair {i}",
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Tokenize plain-text prompt/completion pairs as TRL does: ``prompt + completion + EOS``.
 
@@ -379,6 +385,10 @@ def encode_prompt_completion(
     Returns:
         Per pair ``(input_ids (L,) int32, loss_mask (L,) bool)``.
 
+    Raises:
+        BadRow: (a ValueError) a prompt or completion holds a literal special token (``<|endoftext|>``, ...),
+            naming ``where(i)`` and the field.
+
     Example:
         >>> from packwise.tokenize import load_tokenizer
         >>> tok = load_tokenizer("qwen2.5")
@@ -386,6 +396,7 @@ def encode_prompt_completion(
         >>> tok.decode(ids), tok.decode(ids[mask])
         ('2+2=4<|im_end|>', '4<|im_end|>')
     """
+    check_pairs(prompts, completions, special_token_pattern(tokenizer), where)
     backend = tokenizer.backend_tokenizer
     eos = tokenizer.eos_token_id
     out = []
