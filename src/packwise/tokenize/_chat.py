@@ -379,7 +379,7 @@ def encode_prompt_completion(
     """Tokenize plain-text prompt/completion pairs as TRL does: ``prompt + completion + EOS``.
 
     The prompt is encoded with the tokenizer's special tokens (BOS if it has one), the completion without;
-    EOS is appended unless the completion already ends with it. With ``loss_on="assistant"`` the loss is on
+    EOS is appended (a literal special token in the text is refused: see ``_literal``). With ``loss_on="assistant"`` the loss is on
     the completion and its EOS only.
 
     Returns:
