@@ -315,6 +315,26 @@ def encode_chats(
         >>> tok.decode(ids[mask])
         'Yo<|im_end|>'
     """
+    check_chats(chats, special_token_pattern(tokenizer), where)
+    return _encode_chats(
+        chats, tokenizer, chat_template=chat_template, loss_on=loss_on, skip_assistant_turns=skip_assistant_turns,
+        batch_size=batch_size, progress=progress, where=where,
+    )  # fmt: skip
+
+
+def _encode_chats(
+    chats,
+    tokenizer,
+    *,
+    chat_template: str | None = None,
+    loss_on: LossOn = "assistant",
+    skip_assistant_turns=None,
+    batch_size: int = 256,
+    progress=None,
+    where: Callable[[int], str] = lambda i: f"conversation {i}",
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`encode_chats` without the literal-special-token check, for text packwise built itself
+    (``encode_media_chat`` expands media into special tokens, and checks the user's text before)."""
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     if not template:
         raise ValueError(
@@ -322,7 +342,6 @@ def encode_chats(
             "(e.g. 'chatml' on the CLI) or use prompt/completion or pre-tokenized input"
         )
     kwargs = _template_kwargs(tokenizer)
-    check_chats(chats, special_token_pattern(tokenizer), where)
     marked = bool(_GENERATION.search(template))
     backend = tokenizer.backend_tokenizer
     out: list[tuple[np.ndarray, np.ndarray]] = []
@@ -379,8 +398,8 @@ def encode_prompt_completion(
     """Tokenize plain-text prompt/completion pairs as TRL does: ``prompt + completion + EOS``.
 
     The prompt is encoded with the tokenizer's special tokens (BOS if it has one), the completion without;
-    EOS is appended (a literal special token in the text is refused: see ``_literal``). With ``loss_on="assistant"`` the loss is on
-    the completion and its EOS only.
+    EOS is appended (a literal special token in the text is refused: see ``_literal``). With
+    ``loss_on="assistant"`` the loss is on the completion and its EOS only.
 
     Returns:
         Per pair ``(input_ids (L,) int32, loss_mask (L,) bool)``.
