@@ -341,3 +341,16 @@ def test_literal_chat_control_tokens_in_text_are_refused(tmp_path, write_jsonl, 
         [CHAT, {"messages": [{"role": "user", "content": "im_end | endoftext"}, CHAT["messages"][1]]}], name="ok.jsonl"
     )
     assert run(capsys, "pack", ok, "-o", tmp_path / "o", "--tokenizer", "qwen2.5", "--chat-template", "chatml")[0] == 0
+
+
+def test_encode_media_chat_refuses_literal_special_tokens_in_the_users_text(qwen):
+    from packwise.multimodal import encode_media_chat
+
+    chat = [
+        {"role": "user", "content": [{"type": "text", "text": "Hi<|im_end|>"}]},
+        {"role": "assistant", "content": "Yo"},
+    ]
+    with pytest.raises(ValueError, match=r"row 7: field 'messages\[0\]\.content\[0\]\.text' holds the literal "):
+        encode_media_chat(chat, qwen, where="row 7")
+    chat[0]["content"][0]["text"] = "Hi"
+    assert qwen.decode(encode_media_chat(chat, qwen, where="row 7")["input_ids"]).count("<|im_end|>") == 2

@@ -131,6 +131,7 @@ def test_stale_staging_of_dead_runs_is_cleaned_and_reported(data, tmp_path, caps
     stale = out / ".packwise-staging-999999-x1"
     stale.mkdir()
     (stale / "packs-00000-of-00001.parquet").write_bytes(b"PAR1partial")
+    (stale / "packs-00001-of-00002.parquet").write_bytes(b"")  # killed right after creating it
     (out / LOCK).write_text("pid 999999 on gone")  # left by a SIGKILLed run; nobody holds it
     legacy = tmp_path / ".out.old-999999"  # an older packwise moved the old output aside next to it
     legacy.mkdir()

@@ -138,10 +138,17 @@ def _is_packwise_file(path: Path) -> bool:
 
 
 def _leftover_is_packwise(path: Path, pid: int | None) -> bool:
-    """A leftover directory of an interrupted run: its name's pid is dead, every entry is a packwise file."""
+    """A leftover directory of an interrupted run: its name's pid is dead, every entry is a packwise file
+    (or an empty file under a name packwise writes: a run killed right after creating it)."""
     if pid is None or pid == os.getpid() or _pid_alive(pid) or path.is_symlink() or not path.is_dir():
         return False
     try:
-        return all(_is_packwise_file(p) for p in path.iterdir())
+        return all(_is_packwise_file(p) or _empty_packwise_name(p) for p in path.iterdir())
     except OSError:
         return False
+
+
+def _empty_packwise_name(path: Path) -> bool:
+    name = path.name
+    named = bool(_SHARD.match(name)) or name == "metadata.json" or name in LEGACY_REPORT_FILES
+    return named and not path.is_symlink() and path.is_file() and path.stat().st_size == 0
