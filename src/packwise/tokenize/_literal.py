@@ -4,9 +4,11 @@ A fast tokenizer matches its added tokens inside any text it encodes, so a messa
 literal string ``<|im_end|>`` would become a real end-of-turn token: a forged turn, or an end of text inside a
 reply that the model is trained to emit. packwise refuses the row (naming row and field) instead.
 
-Vision tokens (``<|image_pad|>``, ...) are checked against the row's images by the pipeline and are left out
-here; added tokens that are not special (Qwen's ``<tool_call>``, Qwen3's ``<think>``) are ordinary text the
-model also reads at inference and are allowed.
+Vision tokens (``<|image_pad|>``, ...) and the audio placeholders (``<|AUDIO|>``, ``<|audio_bos|>``,
+``<|audio_eos|>``: the tokens at their ids) are written by packwise's media expansion into the text it encodes,
+so they are left out here: vision tokens typed by the user are refused by the pipeline's own check
+(``pipeline/_samples.py::_check_vision_tokens``); typed audio placeholders are not yet (known gap). Added tokens
+that are not special (Qwen3's ``<think>``) are ordinary text the model also reads at inference and are allowed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ def special_token_pattern(tokenizer) -> re.Pattern | None:
     specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
-    specials = sorted((t for t in specials if t and t not in VISION_TOKENS), key=len, reverse=True)
+    from ..multimodal._audio import AudioSpec
+
+    a = AudioSpec()  # the audio placeholders' ids (Qwen2.5-Omni; the Qwen2.5 BPE's added tokens at those ids)
+    media = set(VISION_TOKENS) | {
+        decoder[i].content for i in (a.audio_token_id, a.audio_start_token_id, a.audio_end_token_id) if i in decoder
+    }
+    specials = sorted((t for t in specials if t and t not in media), key=len, reverse=True)
     return re.compile("|".join(map(re.escape, specials))) if specials else None
 
 
