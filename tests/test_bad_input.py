@@ -371,3 +371,65 @@ def test_same_input_same_bytes_and_plan_hash(tmp_path, write_jsonl, qwen):
     for f in (tmp_path / "a").iterdir():
         assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes(), f.name
     assert torch.__version__  # torch import kept for the assembler cases
+
+
+# -- config files: duplicate keys, unknown options, a directory ------------------------------------------------
+def test_config_duplicate_keys_are_refused_naming_key_and_line(tmp_path):
+    from packwise.config import PackingConfig
+
+    (tmp_path / "c.yaml").write_text("seed: 1\ncapacity: 64\ncapacity: 128\n")
+    with pytest.raises(ValueError, match=r"c\.yaml line 3: duplicate key 'capacity' \(first on line 2\)"):
+        PackingConfig.from_file(tmp_path / "c.yaml")
+    (tmp_path / "n.yaml").write_text("multimodal:\n  min_pixels: 4\n  min_pixels: 8\n")
+    with pytest.raises(ValueError, match=r"n\.yaml line 3: duplicate key 'min_pixels'"):
+        PackingConfig.from_file(tmp_path / "n.yaml")
+    (tmp_path / "c.json").write_text('{"capacity": 64, "capacity": 128}')
+    with pytest.raises(ValueError, match=r"c\.json: duplicate key 'capacity'"):
+        PackingConfig.from_file(tmp_path / "c.json")
+
+
+def test_config_errors_name_the_file_and_the_closest_option(tmp_path, capsys):
+    from packwise.config import PackingConfig
+
+    (tmp_path / "c.yaml").write_text("capasity: 64\nmultimodal:\n  min_pixel: 3\n")
+    with pytest.raises(ValueError) as e:
+        PackingConfig.from_file(tmp_path / "c.yaml")
+    assert str(e.value) == (
+        f"config file {tmp_path / 'c.yaml'}: invalid configuration: unknown option 'multimodal.min_pixel'; did you "
+        "mean 'min_pixels'?; unknown option 'capasity'; did you mean 'capacity'?"
+    )
+    (tmp_path / "d.yaml").mkdir()
+    assert main(["config", "show", str(tmp_path / "d.yaml")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: config file {tmp_path / 'd.yaml'} is a directory; pass a .yaml, .toml or .json file"
+    )
+
+
+# -- load_packed checks every row of every shard -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("seq_lengths", [[4], [2, 1]], "row 1: column 'seq_lengths' sums to 3 but input_ids has 4 tokens"),
+        ("labels", [[1, 2, 3, 4], [5, 6, 7]], "row 1: column 'labels' has 3 entries but input_ids has 4"),
+        ("seq_lengths", [[4], [4, 0]], "row 1: column 'seq_lengths' holds a length below 1"),
+        ("source_index", [[0], [1]], "row 1: column 'source_index' has 1 entries but seq_lengths has 2 sequences"),
+    ],
+)
+def test_load_packed_refuses_rows_that_do_not_hold_together(column, value, message, write_jsonl, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packwise.io import load_packed
+
+    data = write_jsonl([{"input_ids": [1, 2, 3, 4]}, {"input_ids": [5, 6]}, {"input_ids": [7, 8]}])
+    out = tmp_path / "out"
+    assert main(["pack", str(data), "-o", str(out), "--capacity", "4", "--no-report", "-q"]) == 0
+    shard = out / "packs-00000-of-00001.parquet"
+    t = pq.read_table(shard)
+    assert t.column("seq_lengths").to_pylist() == [[4], [2, 2]]
+    assert load_packed(out).num_rows == 2
+    t = t.set_column(t.schema.get_field_index(column), column, pa.array(value, t.schema.field(column).type))
+    pq.write_table(t, shard)
+    with pytest.raises(ValueError) as e:
+        load_packed(out)
+    assert str(e.value) == f"{shard} {message}; the shard was modified — re-run packwise pack"

@@ -89,7 +89,63 @@ def _load_yaml(text: str, path: Path):
                 )
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    if isinstance(key, str | int | float | bool) and key in seen:
+                        raise ValueError(
+                            f"config file {path} line {line}: duplicate key {key!r} (first on line {seen[key]}); "
+                            "YAML would silently keep the last value — keep one"
+                        )
+                    seen.setdefault(key, line)
+            return super().construct_mapping(node, deep=deep)
+
     return yaml.load(text, Loader=NoAliases)  # a SafeLoader subclass
+
+
+def _json_no_duplicates(path: Path):
+    def hook(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(
+                    f"config file {path}: duplicate key {key!r}; JSON would silently keep the last value — keep one"
+                )
+            seen.add(key)
+        return dict(pairs)
+
+    return hook
+
+
+def _config_error(path: Path, e, model) -> ValueError:
+    """A pydantic ValidationError as one ValueError naming the config file, each broken option and, for an
+    unknown option, the closest valid name (difflib)."""
+    import difflib
+
+    lines = []
+    for x in e.errors(include_url=False)[:10]:
+        loc = [str(p) for p in x.get("loc", ())]
+        msg = str(x.get("msg", x)).removeprefix("Value error, ")
+        if x.get("type") == "extra_forbidden" and loc:
+            fields = model.model_fields
+            for part in loc[:-1]:  # nested sections (multimodal.*, consumer.*)
+                ann = fields[part].annotation if part in fields else None
+                fields = getattr(ann, "model_fields", {}) if isinstance(ann, type) else {}
+            close = difflib.get_close_matches(loc[-1], list(fields), n=1)
+            msg = f"unknown option {'.'.join(loc)!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+            lines.append(msg)
+        else:
+            value = x.get("input")  # containers summarised, never expanded (as cli._short)
+            if isinstance(value, dict | list | tuple | set):
+                value = f"<{type(value).__name__} of {len(value)} items>"
+            else:
+                value = repr(value)
+                value = value if len(value) <= 80 else value[:77] + "..."
+            lines.append(f"{'.'.join(loc)}={value}: {msg}" if loc else msg)
+    return ValueError(f"config file {path}: invalid configuration: {'; '.join(lines)}")
 
 
 def _one_line(e: Exception, limit: int = 300) -> str:
@@ -346,6 +402,8 @@ class PackingConfig(ConfigBuilders, _Frozen):
             ValueError: the file is missing or unreadable, an unknown extension, or a rule is broken.
         """
         p = Path(path)
+        if p.is_dir():
+            raise ValueError(f"config file {p} is a directory; pass a .yaml, .toml or .json file")
         if not p.is_file():
             raise ValueError(f"config file {p} does not exist")
         if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
@@ -363,7 +421,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
 
                 data = tomllib.loads(text)
             else:
-                data = json.loads(text)
+                data = json.loads(text, object_pairs_hook=_json_no_duplicates(p))
         except ModuleNotFoundError as e:  # tomllib on Python 3.10
             raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
         except ValueError as e:
@@ -376,7 +434,12 @@ class PackingConfig(ConfigBuilders, _Frozen):
             raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
         if not isinstance(data, dict):
             raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
-        return cls(**_merge(data, overrides))
+        from pydantic import ValidationError
+
+        try:
+            return cls(**_merge(data, overrides))
+        except ValidationError as e:
+            raise _config_error(p, e, cls) from None
 
     def resolved(self) -> dict:
         """The config as a plain dict with the derived alignment filled in."""

@@ -59,7 +59,7 @@ def test_refuses_non_empty_output_unless_overwrite(data, tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("x")
     assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "-q"]) == 1
-    assert "is not empty; pass --overwrite" in capsys.readouterr().err
+    assert "is not empty (keep.txt); pass --overwrite" in capsys.readouterr().err
     # --overwrite never replaces a directory that is not an earlier packwise output
     assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "-q", "--overwrite"]) == 1
     assert "is not a packwise output" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,7 +46,8 @@ def test_second_run_without_overwrite_fails_and_keeps_the_first(data, tmp_path, 
     capsys.readouterr()
     assert pack(data, out, "--capacity", "16") == 1
     assert capsys.readouterr().err.strip() == (
-        f"error: output directory {out} is not empty; pass --overwrite (overwrite=True) or another path"
+        f"error: output directory {out} is not empty (metadata.json, packs-00000-of-00001.parquet); pass "
+        "--overwrite (overwrite=True) or another path"
     )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
@@ -128,11 +130,12 @@ def test_stale_staging_of_dead_runs_is_cleaned_and_reported(data, tmp_path, caps
     assert pack(data, out) == 0
     stale = out / ".packwise-staging-999999-x1"
     stale.mkdir()
-    (stale / "packs-00000-of-00001.parquet").write_bytes(b"partial")
+    (stale / "packs-00000-of-00001.parquet").write_bytes(b"PAR1partial")
+    (stale / "packs-00001-of-00002.parquet").write_bytes(b"")  # killed right after creating it
     (out / LOCK).write_text("pid 999999 on gone")  # left by a SIGKILLed run; nobody holds it
-    legacy = tmp_path / ".out.tmp-ab12cd"  # an older packwise staged next to the output
+    legacy = tmp_path / ".out.old-999999"  # an older packwise moved the old output aside next to it
     legacy.mkdir()
-    (legacy / "metadata.json").write_text("{}")
+    (legacy / "metadata.json").write_text('{"format": "packwise-packed-v1"}')
     capsys.readouterr()
     assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--no-report", "--overwrite"]) == 0
     err = capsys.readouterr().err
@@ -294,3 +297,103 @@ def test_a_filesystem_without_locks_is_written_with_a_note(data, tmp_path, monke
     assert main(["pack", str(data), "-o", str(tmp_path / "out"), "--capacity", "8", "--no-report"]) == 0
     assert f"{tmp_path / 'out'}: the filesystem has no file locks (No locks available)" in capsys.readouterr().err
     assert read_metadata(tmp_path / "out")["packs"] == 3
+
+
+# -- break-test findings: packwise never deletes or overwrites what it did not write ----------------------------
+def test_a_lock_that_is_a_symlink_is_refused_and_its_target_kept(data, tmp_path, capsys):
+    out, precious = tmp_path / "out", tmp_path / "p.txt"
+    out.mkdir()
+    precious.write_text("precious\n")
+    (out / LOCK).symlink_to(precious)
+    assert pack(data, out) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: output {out}: {out / LOCK} is a symbolic link, not packwise's lock file; packwise will not write "
+        "through it — remove it yourself"
+    )
+    assert precious.read_text() == "precious\n"
+
+
+def test_a_lock_that_is_a_fifo_is_refused(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / LOCK)
+    assert pack(data, out) == 1
+    assert "is not a regular file; packwise will not use it as its lock" in capsys.readouterr().err
+
+
+def test_a_forged_journal_does_not_delete_user_files(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.bin").write_text("w")
+    journal = {"staging": ".packwise-staging-1-x", "files": [], "remove": ["model.bin"], "pid": 1}
+    (out / ".packwise-commit").write_text(json.dumps(journal))
+    assert pack(data, out) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: packwise journal {out / '.packwise-commit'} is not one packwise wrote: its staging directory "
+        ".packwise-staging-1-x is missing; nothing was changed — check the directory and remove the journal yourself"
+    )
+    (out / ".packwise-staging-1-x").mkdir()  # even with its staging present: model.bin is not packwise's
+    assert pack(data, out, "--overwrite") == 1
+    assert "it would remove model.bin, which packwise did not write" in capsys.readouterr().err
+    (out / ".packwise-staging-1-x" / "model.bin").write_text("evil")  # nor may it be replaced
+    journal.update(files=["model.bin"], remove=[])
+    (out / ".packwise-commit").write_text(json.dumps(journal))
+    assert pack(data, out, "--overwrite") == 1
+    assert f"it would replace {out / 'model.bin'}, which packwise did not write" in capsys.readouterr().err
+    assert (out / "model.bin").read_text() == "w"
+
+
+def test_legacy_output_trusts_only_packwise_names_and_content(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    meta = {"format": "packwise-packed-v1", "shards": [{"file": "model.bin"}]}
+    (out / "metadata.json").write_text(json.dumps(meta))
+    (out / "report.md").write_text("notes")
+    (out / "model.bin").write_text("w")
+    assert pack(data, out, "--overwrite") == 1
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .startswith(f"error: output directory {out} holds files packwise did not write: model.bin, report.md; ")
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["metadata.json", "model.bin", "report.md"]
+    # a real legacy output (its shards listed, packwise's report.md) is replaced
+    (out / "model.bin").unlink()
+    (out / "report.md").write_text("# packwise report — old\n")
+    (out / "packs-00000-of-00001.parquet").write_bytes(b"PAR1")
+    meta["shards"] = [{"file": "packs-00000-of-00001.parquet"}]
+    (out / "metadata.json").write_text(json.dumps(meta))
+    assert pack(data, out, "--overwrite") == 0
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "metadata.json", "packs-00000-of-00001.parquet"]
+
+
+def test_leftovers_are_removed_only_with_a_dead_pid_and_packwise_content(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    kept = {
+        out / ".packwise-staging-backup": "keep",  # no pid
+        out / f".packwise-staging-{os.getpid()}-ab": "report.md",  # a live pid
+        out / ".packwise-staging-999999-cd": "keep",  # dead pid, not packwise's content
+        tmp_path / ".out.tmp-mine": "report.md",  # an older packwise's mkdtemp name: no pid
+    }
+    for folder, name in kept.items():
+        folder.mkdir()
+        (folder / name).write_text("mine")
+    (out / ".report.md.tmp-999999").write_text("mine")
+    (out / ".packwise-manifest.json.tmp-999999").write_text("mine")
+    assert pack(data, out, "--overwrite") == 1
+    err = capsys.readouterr().err
+    inside = [p.name for p in kept if p.parent == out] + [".packwise-manifest.json.tmp-999999", ".report.md.tmp-999999"]
+    assert f"error: output directory {out} is not a packwise output: {', '.join(sorted(inside))};" in err
+    assert all(p.exists() for p in kept) and len(list(out.iterdir())) == 5
+    for p in [p for p in kept if p.parent == out] + [out / ".packwise-manifest.json.tmp-999999"]:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (out / ".report.md.tmp-999998").write_text("# packwise report — a dead run's")  # removed: dead pid, ours
+    assert pack(data, out, "--overwrite") == 1  # .report.md.tmp-999999 still blocks
+    err = capsys.readouterr().err
+    assert "not a packwise output: .report.md.tmp-999999;" in err
+    (out / ".report.md.tmp-999999").unlink()
+    assert pack(data, out) == 0
+    err = capsys.readouterr().err
+    assert f"note: left {tmp_path / '.out.tmp-mine'} in place: its name looks like a leftover" in err
+    assert (tmp_path / ".out.tmp-mine" / "report.md").read_text() == "mine"

@@ -96,6 +96,7 @@ def pack(
     """Tokenize, plan and write packed, training-ready Parquet with exact token accounting."""
     from ..config import PackingConfig
     from ..io._output import OutputDir
+    from ..io._read import check_input_path
     from ..io._write import write_packed
     from ..pipeline import pack_columns
     from ..pipeline._demo import chitchat_input
@@ -116,6 +117,8 @@ def pack(
         cfg = PackingConfig.from_file(config, **options)
     else:
         cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
+    if input_path is not None:
+        check_input_path(input_path)  # before the output is created: a refused input leaves nothing behind
     dest = OutputDir(output, overwrite=overwrite, inputs=() if input_path is None else (input_path,))
     data = chitchat_input if input_path is None else input_path
     with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work

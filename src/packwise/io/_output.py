@@ -21,7 +21,11 @@ Rules (the issue-15 data-safety contract):
   writes the manifest. A run killed before the journal leaves the old output; one killed after it is rolled
   forward to the new output by the next writer or reader. Readers never see a mix: they refuse, or finish
   the commit, while the journal exists.
-- Staging directories of dead runs (any found while holding the lock) are removed and reported.
+- Leftovers of interrupted runs (staging directories, ``.NAME.tmp-PID`` files, the older sibling
+  ``.OUT.old-PID`` directories) are removed only when the pid in their name is dead AND their content is
+  recognisably packwise's; anything else is left in place and named in a note (and then counts as a file
+  packwise did not write). A journal is rolled forward only when its staging directory holds the files it
+  installs and every file it removes is one packwise wrote.
 """
 
 from __future__ import annotations
@@ -37,73 +41,29 @@ import socket
 import tempfile
 from pathlib import Path
 
-LOCK = ".packwise.lock"
-MANIFEST = ".packwise-manifest.json"
-JOURNAL = ".packwise-commit"
-STAGING_PREFIX = ".packwise-staging-"
-MANIFEST_FORMAT = "packwise-manifest-v1"
-#: Files of an older packwise output (no manifest) besides metadata.json and its shards.
-LEGACY_REPORT_FILES = (
-    "report.json", "report.md", "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
-)  # fmt: skip
-_REPORT_TMP = re.compile(r"^\.(report[\w.-]*|metadata\.json)\.tmp-(\d+)$")  # report/_files.py's atomic writes
-_SHOWN = 5
-
-
-def _names(names) -> str:
-    names = sorted(names)
-    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
-    return ", ".join(names[:_SHOWN]) + more
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _plain_name(name) -> bool:
-    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-
-
-def read_manifest(out: Path) -> list[str] | None:
-    """The file names packwise recorded in ``out`` (None when there is no manifest).
-
-    Raises:
-        ValueError: the manifest is not packwise's or names a path outside ``out``.
-    """
-    path = Path(out) / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} cannot be read as JSON ({e}); remove the directory yourself") from None
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(files, list):
-        raise ValueError(f"{path} is not a packwise manifest ({MANIFEST_FORMAT}); remove the directory yourself")
-    bad = [f for f in files if not _plain_name(f)]
-    if bad:
-        raise ValueError(f"{path} names {bad[0]!r}, which is not a file name inside {out}; the manifest was edited")
-    return files
-
-
-def _legacy_files(out: Path) -> list[str] | None:
-    """What an older packwise (no manifest) wrote: metadata.json, its shards and the report files."""
-    from ._write import FORMAT, METADATA
-
-    try:
-        meta = json.loads((out / METADATA).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        return None
-    shards = [s.get("file") for s in meta.get("shards") or [] if isinstance(s, dict)]
-    return [METADATA, *(f for f in shards if _plain_name(f)), *LEGACY_REPORT_FILES]
+from ._owned import (  # noqa: F401 (re-exported)
+    _MANIFEST_TMP,
+    _PNG,
+    _REPORT_TMP,
+    _SHARD,
+    _SHOWN,
+    _STAGING,
+    JOURNAL,
+    LEGACY_REPORT_FILES,
+    LOCK,
+    MANIFEST,
+    MANIFEST_FORMAT,
+    STAGING_PREFIX,
+    _head,
+    _is_packwise_file,
+    _leftover_is_packwise,
+    _legacy_files,
+    _names,
+    _pid_alive,
+    _plain_name,
+    _regular,
+    read_manifest,
+)
 
 
 def register_files(out, names) -> None:
@@ -122,26 +82,52 @@ def _write_manifest(out: Path, files: list[str]) -> None:
 
 
 def roll_forward(out: Path) -> str | None:
-    """Finish a commit whose journal is in ``out`` (idempotent). The caller holds the lock."""
+    """Finish a commit whose journal is in ``out`` (idempotent). The caller holds the lock.
+
+    Raises:
+        ValueError: the journal is not one packwise could have written: its staging directory is missing,
+            a file it installs is neither staged nor already installed, it would replace or remove a file
+            packwise did not write (named).
+    """
     journal = out / JOURNAL
     try:
         data = json.loads(journal.read_text())
         staging, files, remove = data["staging"], data["files"], data["remove"]
+        if not isinstance(files, list) or not isinstance(remove, list):
+            raise TypeError("files and remove must be lists")
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{journal} cannot be read ({e}); remove the directory yourself") from None
     if not all(_plain_name(f) for f in [staging, *files, *remove]) or not staging.startswith(STAGING_PREFIX):
         raise ValueError(f"{journal} names a path outside {out}; the journal was edited — remove it yourself")
+    refuse = f"packwise journal {journal} is not one packwise wrote"
+    fix = "nothing was changed — check the directory and remove the journal yourself"
+    src = out / staging
+    if src.is_symlink() or not src.is_dir():
+        raise ValueError(f"{refuse}: its staging directory {staging} is missing; {fix}")
+    owned = read_manifest(out)
+    if owned is None:
+        owned = _legacy_files(out) or []
+    owned_set, files_set = set(owned), set(files)
+    for name in files:
+        staged = (src / name).is_file() and not (src / name).is_symlink()
+        if not staged and not ((out / name).exists() and name in owned_set):  # not moved in by an earlier try
+            raise ValueError(f"{refuse}: it installs {name}, which is not in {staging}; {fix}")
+        if staged and (out / name).exists() and name not in owned_set:
+            raise ValueError(f"{refuse}: it would replace {out / name}, which packwise did not write; {fix}")
+    foreign = [n for n in remove if n not in owned_set and n not in files_set and os.path.lexists(out / n)]
+    if foreign:
+        raise ValueError(f"{refuse}: it would remove {_names(foreign)}, which packwise did not write; {fix}")
+    _write_manifest(out, sorted(owned_set | files_set))  # claim the new names before they move in
     for name in remove:
         (out / name).unlink(missing_ok=True)
     for name in files:
-        src = out / staging / name
-        if src.exists():
-            os.replace(src, out / name)
+        if (src / name).exists():
+            os.replace(src / name, out / name)
     _write_manifest(out, files)
-    shutil.rmtree(out / staging, ignore_errors=True)
     journal.unlink()
+    shutil.rmtree(src, ignore_errors=True)
     return f"{out}: finished the replacement interrupted in run pid {data.get('pid')} (new output complete)"
 
 
@@ -209,23 +195,56 @@ class OutputDir:
         self._check_ownership()
 
     def _clean_stale(self) -> None:
+        """Remove leftovers of dead runs whose content is packwise's; name any other leftover in a note."""
         out = self.path
         for p in sorted(out.iterdir()):
-            if p.name.startswith(STAGING_PREFIX) and p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-                self.notes.append(f"removed {p}, the unfinished staging of an interrupted packwise run")
-            elif (m := _REPORT_TMP.match(p.name)) and p.is_file() and not _pid_alive(int(m.group(2))):
-                p.unlink(missing_ok=True)
-                self.notes.append(f"removed {p}, a temporary file of an interrupted packwise run")
-            elif p.name.startswith(f"{MANIFEST}.tmp-") or p.name == f"{JOURNAL}.tmp":
-                p.unlink(missing_ok=True)
+            name = p.name
+            if name.startswith(STAGING_PREFIX):
+                m = _STAGING.match(name)
+                if _leftover_is_packwise(p, int(m.group(1)) if m else None):
+                    shutil.rmtree(p, ignore_errors=True)
+                    self.notes.append(f"removed {p}, the unfinished staging of an interrupted packwise run")
+                else:
+                    self._left(p)
+            elif _REPORT_TMP.match(name) or _MANIFEST_TMP.match(name):
+                if _is_packwise_file(p):
+                    p.unlink(missing_ok=True)
+                    self.notes.append(f"removed {p}, a temporary file of an interrupted packwise run")
+                else:
+                    self._left(p)
+            elif name == f"{JOURNAL}.tmp":
+                if self._journal_tmp_is_ours(p):
+                    p.unlink(missing_ok=True)
+                else:
+                    self._left(p)
         # older packwise versions staged next to the output: .NAME.tmp-XXXX (mkdtemp) and .NAME.old-PID
-        legacy = re.compile(rf"^\.{re.escape(out.name)}\.(tmp-\w+|old-\d+)$")
+        legacy = re.compile(rf"^\.{re.escape(out.name)}\.(tmp-\w+|old-(\d+))$")
         with contextlib.suppress(OSError):
             for p in sorted(out.parent.iterdir()):
-                if legacy.match(p.name) and p.is_dir() and not p.is_symlink() and _looks_packwise(p):
+                if not (m := legacy.match(p.name)):
+                    continue
+                if _leftover_is_packwise(p, int(m.group(2)) if m.group(2) else None):
                     shutil.rmtree(p, ignore_errors=True)
                     self.notes.append(f"removed {p}, the temporary directory of an interrupted packwise run")
+                else:
+                    self._left(p)
+
+    def _left(self, p: Path) -> None:
+        self.notes.append(
+            f"left {p} in place: its name looks like a leftover of an interrupted packwise run, but its pid is "
+            "alive or missing, or its content is not packwise's — remove it yourself if it is not needed"
+        )
+
+    @staticmethod
+    def _journal_tmp_is_ours(p: Path) -> bool:
+        if p.is_symlink() or not p.is_file():
+            return False
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            return False
+        pid = data.get("pid") if isinstance(data, dict) else None
+        return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
 
     def _foreign(self) -> tuple[list[str], list[str]]:
         """``(files packwise wrote here, other entries)`` in ``out``, ignoring the lock and our staging."""
@@ -244,7 +263,10 @@ class OutputDir:
             self._owned = []
             return
         if not self.overwrite:
-            raise ValueError(f"output directory {out} is not empty; pass --overwrite (overwrite=True) or another path")
+            raise ValueError(
+                f"output directory {out} is not empty ({_names(owned + other)}); pass --overwrite (overwrite=True) "
+                "or another path"
+            )
         if other:
             what = "holds files packwise did not write" if owned else "is not a packwise output"
             raise ValueError(
@@ -325,9 +347,25 @@ def _lock(out: Path, notes: list | None = None) -> int:
     """An fd holding ``out/.packwise.lock`` exclusively; ValueError naming the holder when it is taken."""
     while True:  # lock the file that is at the path now (a finished run unlinks it while holding it)
         try:
-            fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ValueError(
+                    f"output {out}: {out / LOCK} is a symbolic link, not packwise's lock file; packwise will not "
+                    "write through it — remove it yourself"
+                ) from None
+            if e.errno == errno.ENXIO or ((out / LOCK).exists() and not (out / LOCK).is_file()):
+                raise ValueError(
+                    f"output {out}: {out / LOCK} is not a regular file; packwise will not use it as its lock — "
+                    "remove it yourself"
+                ) from None
             raise ValueError(f"output {out}: cannot create {LOCK} ({e.strerror}); pick a writable directory") from None
+        if not _regular(fd):
+            os.close(fd)
+            raise ValueError(
+                f"output {out}: {out / LOCK} is not a regular file; packwise will not use it as its lock — "
+                "remove it yourself"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -365,11 +403,6 @@ def finish_interrupted(out) -> str | None:
             if os.stat(out / LOCK).st_ino == os.fstat(fd).st_ino:
                 (out / LOCK).unlink()
         os.close(fd)
-
-
-def _looks_packwise(path: Path) -> bool:
-    ok = re.compile(r"^(metadata\.json|packs-\d+-of-\d+\.parquet|report[\w.-]*|\.report[\w.-]*\.tmp-\d+)$")
-    return all(ok.match(p.name) and p.is_file() for p in path.iterdir())
 
 
 def claim_output(out, *, overwrite: bool = False, inputs: tuple = ()) -> OutputDir:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -108,6 +109,54 @@ def detect_format(path: Path) -> Format:
     raise ValueError(f"input {path}: cannot tell the format from {suffix!r}; pass --format jsonl|parquet|hf")
 
 
+#: Longest JSONL line read (bytes): a row beyond it is refused rather than read into memory without end.
+MAX_JSONL_LINE_BYTES = 64 << 20
+
+
+def check_input_path(path) -> Path:
+    """Refuse an input that is missing or is not a regular file or a directory (a FIFO, a socket, a device such
+    as ``/dev/zero``) before opening it: reading one could block or never end.
+
+    Raises:
+        ValueError: naming the path and what it is.
+    """
+    import stat
+
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ValueError(f"input {path} does not exist") from None
+    except OSError as e:
+        raise ValueError(f"input {path} cannot be read ({e.strerror})") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        what = (
+            "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "not a regular file"
+        )  # fmt: skip
+        raise ValueError(
+            f"input {path} is {what}, not a regular file or directory; packwise reads files — write the data "
+            "to a file first"
+        )
+    return path
+
+
+def jsonl_lines(f, path, *, limit: int | None = None):
+    """``(line number, raw bytes)`` of an open binary JSONL file, refusing a line over ``limit`` bytes
+    (default :data:`MAX_JSONL_LINE_BYTES`) with a ValueError naming the file, line and limit."""
+    limit = MAX_JSONL_LINE_BYTES if limit is None else limit
+    lineno = 0
+    while raw := f.readline(limit + 1):
+        lineno += 1
+        if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
+            raise ValueError(
+                f"{path} line {lineno}: longer than the {limit:,} byte limit of one JSONL row; is this JSON lines "
+                "(one object per line)? Split the file into rows, or pass Parquet"
+            )
+        yield lineno, raw
+
+
 def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = False) -> RawInput:  # noqa: A002
     """Read a JSONL file, a Parquet file or directory, or a saved HF dataset directory.
 
@@ -115,9 +164,7 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
         ValueError: the path does not exist, the format is unknown, the file is empty, or (without
             ``skip_bad_rows``) a line is not valid JSON — naming the file and line.
     """
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"input {path} does not exist")
+    path = check_input_path(path)
     fmt = format or detect_format(path)
     if fmt not in FORMATS:
         raise ValueError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -291,6 +338,7 @@ def check_jsonl_file(path: Path) -> None:
     Raises:
         ValueError: naming the path, what it is and the fix.
     """
+    check_input_path(path)
     if path.is_dir():
         raise ValueError(
             f"input {path} is a directory; --format jsonl reads one file: pass the .jsonl file itself "
@@ -310,7 +358,7 @@ def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:
     errors: list[tuple[int, str]] = []
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in jsonl_lines(f, path):
             h.update(raw)
             if not raw.strip():
                 continue

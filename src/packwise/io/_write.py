@@ -217,6 +217,7 @@ def load_packed(path) -> pa.Table:
             raise ValueError(
                 f"{f} holds {t.num_rows} packs but metadata.json says {shard['packs']}; re-run packwise pack"
             )
+        check_rows(t, f)
         tables.append(t)
     try:
         return pa.concat_tables(tables)
@@ -224,3 +225,58 @@ def load_packed(path) -> pa.Table:
         raise ValueError(
             f"{path}: the shards' columns differ ({e}); the directory was modified — re-run packwise pack"
         ) from e
+
+
+#: Columns with one entry per sequence or per media item, not per token (see integrations/torch_data.py).
+_PER_SEQUENCE = ("seq_lengths", "source_index", "second_per_grid_ts")
+_MEDIA_PREFIXES = ("image_", "images_", "audio_", "audios_", "video_", "videos_")
+
+
+def check_rows(table: pa.Table, where) -> None:
+    """Refuse a packed shard whose rows do not hold together (vectorised over the shard, pyarrow + numpy):
+    every per-token list column (``labels``, ...) has as many entries as ``input_ids`` in each row, and
+    ``seq_lengths`` (when present) are >= 1 and sum to the row's ``input_ids`` length, with one
+    ``source_index`` per sequence.
+
+    Raises:
+        ValueError: naming ``where`` (the file), the first bad row and the column.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    def lengths(name: str) -> np.ndarray:
+        col = table.column(name).combine_chunks()
+        return pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
+
+    def bad(name: str, mask: np.ndarray, what: str) -> None:
+        if mask.any():
+            row = int(np.flatnonzero(mask)[0])
+            raise ValueError(
+                f"{where} row {row}: column {name!r} {what(row) if callable(what) else what}; the shard was "
+                "modified — re-run packwise pack"
+            )
+
+    n = lengths("input_ids")
+    bad("input_ids", n < 0, "is null")
+    for name in table.column_names:
+        if name == "input_ids" or name in _PER_SEQUENCE or name.startswith(_MEDIA_PREFIXES):
+            continue
+        if not (
+            pa.types.is_list(table.schema.field(name).type) or pa.types.is_large_list(table.schema.field(name).type)
+        ):
+            continue
+        m = lengths(name)
+        bad(name, m != n, lambda r, m=m: f"has {m[r]} entries but input_ids has {n[r]}")
+    if "seq_lengths" not in table.column_names:
+        return
+    col = table.column("seq_lengths").combine_chunks()
+    k = lengths("seq_lengths")
+    bad("seq_lengths", k < 0, "is null")
+    values = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    parents = pc.list_parent_indices(col).to_numpy(zero_copy_only=False)
+    bad("seq_lengths", np.bincount(parents, weights=values < 1, minlength=len(n)) > 0, "holds a length below 1")
+    sums = np.bincount(parents, weights=values, minlength=len(n)).astype(np.int64)
+    bad("seq_lengths", sums != n, lambda r: f"sums to {sums[r]} but input_ids has {n[r]} tokens")
+    if "source_index" in table.column_names:
+        src = lengths("source_index")
+        bad("source_index", src != k, lambda r: f"has {src[r]} entries but seq_lengths has {k[r]} sequences")

@@ -57,7 +57,8 @@ def encode_media_chat(
     """
     import torch
 
-    from ..tokenize import encode_chats
+    from ..tokenize._chat import _encode_chats
+    from ..tokenize._literal import check_chats, special_token_pattern
 
     vision, audio = vision or VisionSpec(), audio or AudioSpec()
 
@@ -105,7 +106,8 @@ def encode_media_chat(
             f"{where}: {n_img} image, {n_vid} video and {n_aud} audio parts for {len(images)} images, "
             f"{len(videos)} videos, {len(audios)} clips"
         )
-    [(ids, loss)] = encode_chats([out_msgs], tokenizer)
+    check_chats([messages], special_token_pattern(tokenizer), lambda i: where)  # the user's text, not ours
+    [(ids, loss)] = _encode_chats([out_msgs], tokenizer)  # media expanded into special tokens by us: unchecked
     ids = torch.from_numpy(ids.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == vision.image_token_id] = 1

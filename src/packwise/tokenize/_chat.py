@@ -30,6 +30,8 @@ from typing import Literal
 
 import numpy as np
 
+from ._literal import check_chats, check_pairs, special_token_pattern
+
 LossOn = Literal["assistant", "all"]
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -299,6 +301,8 @@ def encode_chats(
         Per conversation ``(input_ids (L,) int32, loss_mask (L,) bool)``.
 
     Raises:
+        BadRow: (a ValueError) a message's text holds a literal special token of the tokenizer
+            (``<|im_end|>``, ...), naming the conversation and field.
         ValueError: no chat template, a template whose assistant spans cannot be located or that marks no
             assistant token in any conversation with assistant turns (``loss_on="assistant"``), or a template
             over its budget (steps, seconds, output size; see the module docstring) or failing.
@@ -311,6 +315,26 @@ def encode_chats(
         >>> tok.decode(ids[mask])
         'Yo<|im_end|>'
     """
+    check_chats(chats, special_token_pattern(tokenizer), where)
+    return _encode_chats(
+        chats, tokenizer, chat_template=chat_template, loss_on=loss_on, skip_assistant_turns=skip_assistant_turns,
+        batch_size=batch_size, progress=progress, where=where,
+    )  # fmt: skip
+
+
+def _encode_chats(
+    chats,
+    tokenizer,
+    *,
+    chat_template: str | None = None,
+    loss_on: LossOn = "assistant",
+    skip_assistant_turns=None,
+    batch_size: int = 256,
+    progress=None,
+    where: Callable[[int], str] = lambda i: f"conversation {i}",
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`encode_chats` without the literal-special-token check, for text packwise built itself
+    (``encode_media_chat`` expands media into special tokens, and checks the user's text before)."""
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     if not template:
         raise ValueError(
@@ -369,15 +393,20 @@ def encode_prompt_completion(
     loss_on: LossOn = "assistant",
     batch_size: int = 1024,
     progress: Callable[[int], None] | None = None,
+    where: Callable[[int], str] = lambda i: f"prompt/completion pair {i}",
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Tokenize plain-text prompt/completion pairs as TRL does: ``prompt + completion + EOS``.
 
     The prompt is encoded with the tokenizer's special tokens (BOS if it has one), the completion without;
-    EOS is appended unless the completion already ends with it. With ``loss_on="assistant"`` the loss is on
-    the completion and its EOS only.
+    EOS is appended (a literal special token in the text is refused: see ``_literal``). With
+    ``loss_on="assistant"`` the loss is on the completion and its EOS only.
 
     Returns:
         Per pair ``(input_ids (L,) int32, loss_mask (L,) bool)``.
+
+    Raises:
+        BadRow: (a ValueError) a prompt or completion holds a literal special token (``<|endoftext|>``, ...),
+            naming ``where(i)`` and the field.
 
     Example:
         >>> from packwise.tokenize import load_tokenizer
@@ -386,6 +415,7 @@ def encode_prompt_completion(
         >>> tok.decode(ids), tok.decode(ids[mask])
         ('2+2=4<|im_end|>', '4<|im_end|>')
     """
+    check_pairs(prompts, completions, special_token_pattern(tokenizer), where)
     backend = tokenizer.backend_tokenizer
     eos = tokenizer.eos_token_id
     out = []

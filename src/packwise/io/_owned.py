@@ -1,0 +1,154 @@
+"""What packwise wrote: the names and content of its files, for :mod:`packwise.io._output` (which owns the
+output directory). A file counts as packwise's only when its name AND its content are those packwise writes;
+a leftover of an interrupted run only when, in addition, the pid in its name is dead."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+LOCK = ".packwise.lock"
+MANIFEST = ".packwise-manifest.json"
+JOURNAL = ".packwise-commit"
+STAGING_PREFIX = ".packwise-staging-"
+MANIFEST_FORMAT = "packwise-manifest-v1"
+#: Files of an older packwise output (no manifest) besides metadata.json and its shards.
+LEGACY_REPORT_FILES = (
+    "report.json", "report.md", "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
+)  # fmt: skip
+_REPORT_TMP = re.compile(r"^\.(report[\w.-]*|metadata\.json)\.tmp-(\d+)$")  # report/_files.py's atomic writes
+_SHARD = re.compile(r"^packs-\d{5}-of-\d{5}\.parquet$")
+_STAGING = re.compile(rf"^{re.escape(STAGING_PREFIX)}(\d+)-\w+$")
+_MANIFEST_TMP = re.compile(rf"^{re.escape(MANIFEST)}\.tmp-(\d+)$")
+_PNG = b"\x89PNG\r\n\x1a\n"
+_SHOWN = 5
+
+
+def _names(names) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(names[:_SHOWN]) + more
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+def read_manifest(out: Path) -> list[str] | None:
+    """The file names packwise recorded in ``out`` (None when there is no manifest).
+
+    Raises:
+        ValueError: the manifest is not packwise's or names a path outside ``out``.
+    """
+    path = Path(out) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} cannot be read as JSON ({e}); remove the directory yourself") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(files, list):
+        raise ValueError(f"{path} is not a packwise manifest ({MANIFEST_FORMAT}); remove the directory yourself")
+    bad = [f for f in files if not _plain_name(f)]
+    if bad:
+        raise ValueError(f"{path} names {bad[0]!r}, which is not a file name inside {out}; the manifest was edited")
+    return files
+
+
+def _legacy_files(out: Path) -> list[str] | None:
+    """What an older packwise (no manifest) wrote: metadata.json, the ``packs-NNNNN-of-NNNNN.parquet`` shards
+    it lists and the report files packwise names (report.json/report.md only when their content is
+    packwise's). Any other name — even one metadata.json lists — is not trusted."""
+    from ._write import FORMAT, METADATA
+
+    try:
+        meta = json.loads((out / METADATA).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    shards = [s.get("file") for s in meta.get("shards") or [] if isinstance(s, dict)]
+    reports = [n for n in LEGACY_REPORT_FILES if _is_packwise_file(out / n)]
+    return [METADATA, *(f for f in shards if isinstance(f, str) and _SHARD.match(f)), *reports]
+
+
+def _head(path: Path, n: int = 4096) -> bytes:
+    try:
+        with open(path, "rb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
+            return f.read(n) if _regular(f.fileno()) else b""
+    except OSError:
+        return b""
+
+
+def _regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _is_packwise_file(path: Path) -> bool:
+    """``path`` is a regular file (not a link) whose name AND content are those of a file packwise writes."""
+    from ._write import FORMAT, METADATA
+
+    if path.is_symlink() or not path.is_file():
+        return False
+    name, head = path.name, _head(path)
+    if m := _REPORT_TMP.match(name):  # an atomic write's temporary: the pid must be dead, the content ours
+        if _pid_alive(int(m.group(2))) or int(m.group(2)) == os.getpid():
+            return False
+        name = m.group(1)
+        if name == "report.json":
+            return head.startswith(b'{\n  "format": "packwise-report')
+        if name == METADATA:
+            return head.startswith(b"{") and b'"format": "packwise-packed' in path.read_bytes()[: 1 << 20]
+    if m := _MANIFEST_TMP.match(name):
+        return not _pid_alive(int(m.group(1))) and head.startswith(b'{\n  "files": [')
+    if _SHARD.match(name):
+        return head.startswith(b"PAR1")
+    if name == METADATA:
+        try:
+            return json.loads(path.read_text()).get("format") == FORMAT
+        except (OSError, ValueError, AttributeError):
+            return False
+    if name == "report.json":
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and (
+            str(data.get("format", "")).startswith("packwise-report") or {"capacity", "metrics"} <= data.keys()
+        )
+    if name == "report.md":
+        return head.startswith(b"# packwise report")
+    if name in LEGACY_REPORT_FILES and name.endswith(".png"):
+        return head.startswith(_PNG)
+    return False
+
+
+def _leftover_is_packwise(path: Path, pid: int | None) -> bool:
+    """A leftover directory of an interrupted run: its name's pid is dead, every entry is a packwise file
+    (or an empty file under a name packwise writes: a run killed right after creating it)."""
+    if pid is None or pid == os.getpid() or _pid_alive(pid) or path.is_symlink() or not path.is_dir():
+        return False
+    try:
+        return all(_is_packwise_file(p) or _empty_packwise_name(p) for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def _empty_packwise_name(path: Path) -> bool:
+    name = path.name
+    named = bool(_SHARD.match(name)) or name == "metadata.json" or name in LEGACY_REPORT_FILES
+    return named and not path.is_symlink() and path.is_file() and path.stat().st_size == 0

@@ -1,0 +1,76 @@
+"""Refuse special tokens typed into the text of a row (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``).
+
+A fast tokenizer matches its added tokens inside any text it encodes, so a message whose content holds the
+literal string ``<|im_end|>`` would become a real end-of-turn token: a forged turn, or an end of text inside a
+reply that the model is trained to emit. packwise refuses the row (naming row and field) instead.
+
+Vision tokens (``<|image_pad|>``, ...) and the audio placeholders (``<|AUDIO|>``, ``<|audio_bos|>``,
+``<|audio_eos|>``: the tokens at their ids) are written by packwise's media expansion into the text it encodes,
+so they are left out here: vision tokens typed by the user are refused by the pipeline's own check
+(``pipeline/_samples.py::_check_vision_tokens``); typed audio placeholders are not yet (known gap). Added tokens
+that are not special (Qwen3's ``<think>``) are ordinary text the model also reads at inference and are allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from ..io._read import BadRow
+
+#: Vision placeholders: the pipeline checks them against the row's media (pipeline/_samples.py).
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+FIX = "remove or escape it in the text; a turn boundary comes from the chat template, an end of text from EOS"
+
+
+def special_token_pattern(tokenizer) -> re.Pattern | None:
+    """A regex matching every special added token of ``tokenizer`` but the vision ones (None: there is none)."""
+    specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
+    from ..multimodal._audio import AudioSpec
+
+    a = AudioSpec()  # the audio placeholders' ids (Qwen2.5-Omni; the Qwen2.5 BPE's added tokens at those ids)
+    media = set(VISION_TOKENS) | {
+        decoder[i].content for i in (a.audio_token_id, a.audio_start_token_id, a.audio_end_token_id) if i in decoder
+    }
+    specials = sorted((t for t in specials if t and t not in media), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, specials))) if specials else None
+
+
+def _texts(message: dict):
+    content = message.get("content")
+    if isinstance(content, str):
+        yield "content", content
+    elif isinstance(content, list):
+        for k, part in enumerate(content):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield f"content[{k}].text", part["text"]
+
+
+def check_chats(chats: Sequence[list[dict]], pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
+    """Raise :class:`~packwise.io._read.BadRow` for the first message text holding a literal special token."""
+    if pattern is None:
+        return
+    for i, chat in enumerate(chats):
+        for j, message in enumerate(chat):
+            for name, text in _texts(message):
+                if m := pattern.search(text):
+                    raise _bad(where(i), f"messages[{j}].{name}", m.group())
+
+
+def check_pairs(prompts, completions, pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
+    """The same for plain-text prompt/completion pairs."""
+    if pattern is None:
+        return
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        for name, text in (("prompt", p), ("completion", c)):
+            if m := pattern.search(text):
+                raise _bad(where(i), name, m.group())
+
+
+def _bad(where: str, field: str, token: str) -> BadRow:
+    return BadRow(
+        where, field, f"holds the literal special token {token}, which the tokenizer would encode as a real "
+        "special token (a forged turn or end of text)", FIX,
+    )  # fmt: skip
