@@ -354,3 +354,13 @@ def test_encode_media_chat_refuses_literal_special_tokens_in_the_users_text(qwen
         encode_media_chat(chat, qwen, where="row 7")
     chat[0]["content"][0]["text"] = "Hi"
     assert qwen.decode(encode_media_chat(chat, qwen, where="row 7")["input_ids"]).count("<|im_end|>") == 2
+
+
+def test_template_without_generation_markers_trains_on_the_reply_not_the_role_header(qwen):
+    """Break test: a template that ignores add_generation_prompt put 'assistant:' inside the loss span."""
+    from packwise.tokenize import encode_chats
+
+    template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]
+    ((ids, loss_mask),) = encode_chats([chat], qwen, chat_template=template)
+    assert qwen.decode(ids[loss_mask]) == " hello there"

@@ -259,8 +259,14 @@ def _prefix_spans(chat: list[dict], text: str, template: str, kwargs: dict, wher
                 "(chat_template='chatml') or loss_on='all'"
             )
         end = len(upto.rstrip())
-        if end > len(before):
-            spans.append((len(before), end))
+        start = len(before)
+        content = message.get("content")
+        if isinstance(content, str) and content.strip():  # a template that ignores add_generation_prompt
+            at = upto.find(content.strip(), start)  # renders the role header in the reply's diff: skip it
+            if at >= start:
+                start = at
+        if end > start:
+            spans.append((start, end))
     return spans
 
 
