@@ -364,3 +364,18 @@ def test_template_without_generation_markers_trains_on_the_reply_not_the_role_he
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]
     ((ids, loss_mask),) = encode_chats([chat], qwen, chat_template=template)
     assert qwen.decode(ids[loss_mask]) == " hello there"
+
+
+def test_conversation_without_an_assistant_turn_is_a_bad_row(write_jsonl, tmp_path):
+    """Break test: a user-only conversation was packed with 0 loss tokens and counted nowhere."""
+    from packwise import pack_dataset
+
+    rows = [{"messages": [{"role": "user", "content": "hi"}]}, {"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}]  # fmt: skip
+    path = write_jsonl(rows)
+    with pytest.raises(ValueError, match=r"line 1: field 'messages' has no assistant turn"):
+        pack_dataset(path, capacity=64)
+    table, report = pack_dataset(path, capacity=64, skip_bad_rows=True)
+    assert report.rows_skipped == 1 and table.num_rows == 1
+    _, everything = pack_dataset(path, capacity=64, loss_on="all")
+    assert everything.rows_skipped == 0

@@ -189,6 +189,12 @@ def tokenize_rows(
                 )  # fmt: skip
             if raw.kind == "messages":
                 msgs = _chat(row, "messages", where)
+                if loss_on == "assistant" and not any(m["role"] == "assistant" for m in msgs):
+                    raise BadRow(
+                        where, "messages", "has no assistant turn, so it would be packed with no loss token",
+                        "add the reply, drop the row (--skip-bad-rows counts it), or train on every token "
+                        "(--loss-on all)",
+                    )  # fmt: skip
                 if _multimodal(row):
                     msgs, refs_of[i] = _expand(row, raw, vision, tokenizer, where)
                 chats.append(msgs)
