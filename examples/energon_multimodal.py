@@ -227,7 +227,7 @@ def run_offline(workdir: Path, *, capacity: int, cp: int, overflow: str) -> dict
     m = report["metrics"]
     n = report["rows_read"]
     names = ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
-             "samples_dropped", "tokens_dropped", "loss_tokens_dropped")  # fmt: skip
+             "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "loss_tokens_masked_at_boundary")  # fmt: skip
     mm = report["multimodal"]
     counts = {k: report[k] for k in names} | {"media_dropped": mm["images_dropped"] + mm.get("audio_dropped", 0)}
     return {
