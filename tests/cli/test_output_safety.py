@@ -4,6 +4,7 @@ write killed at any point leaves the old complete output or the new complete one
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -39,9 +40,10 @@ def test_second_run_without_overwrite_fails_and_keeps_the_first(data, tmp_path, 
     assert pack(data, out) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(before) == [MANIFEST, "metadata.json", "packs-00000-of-00001.parquet"]
+    record = {n: {"bytes": len(before[n]), "sha256": hashlib.sha256(before[n]).hexdigest()} for n in before}
     assert json.loads(before[MANIFEST]) == {
-        "files": ["metadata.json", "packs-00000-of-00001.parquet"],
-        "format": "packwise-manifest-v1",
+        "files": {n: record[n] for n in ("metadata.json", "packs-00000-of-00001.parquet")},
+        "format": "packwise-manifest-v2",
     }
     capsys.readouterr()
     assert pack(data, out, "--capacity", "16") == 1
@@ -62,8 +64,8 @@ def test_overwrite_removes_only_what_packwise_wrote(data, tmp_path, capsys):
     assert pack(data, out, "--overwrite") == 1
     assert capsys.readouterr().err.strip() == (
         f"error: output directory {out} holds files packwise did not write: checkpoints, notes.txt; --overwrite "
-        "only replaces the files packwise wrote (listed in .packwise-manifest.json) — move those away or pass a "
-        "new or empty directory"
+        "only replaces the files packwise wrote, unchanged (listed in .packwise-manifest.json) — move those away "
+        "(or delete them yourself), or pass a new or empty directory"
     )
     assert (out / "checkpoints" / "model.bin").read_bytes() == b"weights"
     assert len(read_metadata(out)["shards"]) == 3  # the old output is untouched
@@ -112,7 +114,7 @@ def test_files_appearing_during_the_run_are_kept_and_named(tmp_path):
         dest.commit()
     assert str(e.value) == (
         f"output directory {out}: user.txt appeared during the run and packwise did not write them; nothing was "
-        "replaced — move them away and run again"
+        "replaced — move them away (or delete them yourself) and run again"
     )
     assert sorted(p.name for p in out.iterdir()) == ["user.txt"]  # staging and lock gone, user.txt kept
     replaced = "was removed or replaced by something else during the run"
@@ -244,7 +246,9 @@ def test_sigkill_during_packwise_pack_then_rerun(data, tmp_path):
     assert pack(data, out, "--packs-per-shard", "1") == 0
     old = read_metadata(out)
     argv = ["pack", data, "-o", out, "--capacity", "16", "--overwrite", "--no-report", "-q"]
-    for k, capacity in ((1, 8), (3, 16)):  # 1: the first shard write; 3: moving files in after the journal
+    # k=1: the first shard write (its empty file stays in the dead run's staging); k=4: after the journal, once
+    # the next run removed that staging (1 unlink), wrote its shard (2) and its journal (3)
+    for k, capacity in ((1, 8), (4, 16)):
         proc = run_killed(CLI, k, *argv)
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         meta = read_metadata(out)
@@ -280,9 +284,12 @@ def test_files_written_later_by_packwise_report_are_owned_too(data, tmp_path, ca
     out = tmp_path / "out"
     assert pack(data, out) == 0
     assert main(["report", str(out), "-q", "--no-plots"]) == 0
-    assert json.loads((out / MANIFEST).read_text())["files"] == [
-        "metadata.json", "packs-00000-of-00001.parquet", "report.json", "report.md",
-    ]  # fmt: skip
+    files = json.loads((out / MANIFEST).read_text())["files"]
+    assert list(files) == ["metadata.json", "packs-00000-of-00001.parquet", "report.json", "report.md"]
+    assert files["report.md"] == {
+        "bytes": (out / "report.md").stat().st_size,
+        "sha256": hashlib.sha256((out / "report.md").read_bytes()).hexdigest(),
+    }
     assert pack(data, out, "--overwrite") == 0  # report.json and report.md are packwise's: replaced, not refused
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "metadata.json", "packs-00000-of-00001.parquet"]
 
@@ -334,7 +341,7 @@ def test_a_forged_journal_does_not_delete_user_files(data, tmp_path, capsys):
     )
     (out / ".packwise-staging-1-x").mkdir()  # even with its staging present: model.bin is not packwise's
     assert pack(data, out, "--overwrite") == 1
-    assert "it would remove model.bin, which packwise did not write" in capsys.readouterr().err
+    assert "it would remove model.bin, which packwise did not write (or which changed since)" in capsys.readouterr().err
     (out / ".packwise-staging-1-x" / "model.bin").write_text("evil")  # nor may it be replaced
     journal.update(files=["model.bin"], remove=[])
     (out / ".packwise-commit").write_text(json.dumps(journal))

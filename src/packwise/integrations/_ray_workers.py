@@ -15,7 +15,7 @@ import numpy as np
 
 from ..constants import IGNORE_INDEX
 from ..io._read import RawInput
-from ..io._write import ROW_GROUP_PACKS, shard_name
+from ..io._write import shard_name, write_shard
 from ..pipeline._overflow import apply_overflow
 from ..pipeline._samples import Samples, tokenize_rows
 from ..pipeline._table import PackedColumns
@@ -157,12 +157,11 @@ def _pad_share(lengths: np.ndarray, seq_start: int, batch: int) -> tuple[int, li
 def _write_group(meta: tuple, *parts):
     """Worker: build and write the Parquet shards of one group from the sequences the pieces sent.
 
-    Returns ``(shards, pack_length_counts, order)``: ``[(shard, packs, tokens, loss tokens, masked)]``,
+    Returns ``(shards, pack_length_counts, order)``: ``[(shard, packs, tokens, loss tokens, masked, entry)]``
+    (``entry``: the shard's ``metadata.json`` record from :func:`~packwise.io._write.write_shard`),
     ``(C+1,)`` packs per real token count, and the group's ``(n,)`` sequence indices in plan order (the
     group's slice of ``PackPlan.order``, for the plan hash).
     """
-    import pyarrow.parquet as pq
-
     tmp, n_shards, jobs, offsets, capacity, algorithm, columns = meta
     if isinstance(offsets, tuple):  # (HistogramPlan, first pack, last pack + 1): O(packs of this group) here
         offsets = offsets[0].pack_offsets(np.arange(offsets[1], offsets[2] + 1))
@@ -196,10 +195,11 @@ def _write_group(meta: tuple, *parts):
         fills += np.bincount(plan.pack_lengths(), minlength=capacity + 1)
         packed = PackedColumns.build(samples, plan)
         if isinstance(tmp, str):
-            pq.write_table(packed.table(), Path(tmp) / shard_name(shard, n_shards), row_group_size=ROW_GROUP_PACKS)
+            entry = write_shard(packed.table(), Path(tmp) / shard_name(shard, n_shards))
         else:  # a Loc on a pyarrow filesystem (remote output)
             where = tmp.child(shard_name(shard, n_shards))
-            pq.write_table(packed.table(), where.path, filesystem=where.fs, row_group_size=ROW_GROUP_PACKS)
+            entry = write_shard(packed.table(), where.path, filesystem=where.fs)
         loss = int((packed.labels != IGNORE_INDEX).sum())
-        done.append((shard, packed.num_packs, int(packed.ids.shape[0]), loss, packed.loss_tokens_masked_at_boundary))
+        masked = packed.loss_tokens_masked_at_boundary
+        done.append((shard, packed.num_packs, int(packed.ids.shape[0]), loss, masked, entry))
     return done, fills, seq

@@ -40,7 +40,6 @@ import numpy as np
 from .. import __version__
 from ..io._output import claim_output
 from ..io._read import FORMATS, Format
-from ..io._write import shard_name
 from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
@@ -238,7 +237,7 @@ def pack_ray(
                 pad_tokens_removed=sum(s.get("pads", 0) for s in stats),
             )  # fmt: skip
             report.check()
-            shard_list = [{"file": shard_name(s[0], len(shards)), "packs": s[1]} for s in shards]
+            shard_list = [s[5] for s in shards]  # write_shard's entries: file, packs, bytes, sha256
             _commit(tmp, out if owner else None, report, shard_list)
             tmp = None
         except BaseException as e:

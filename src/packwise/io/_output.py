@@ -6,14 +6,16 @@ Layout of an output directory ``OUT`` while and after packwise writes it::
       .packwise.lock                   held (fcntl.flock) by the run writing OUT; holds its pid; removed at the end
       .packwise-staging-PID-XXXX/      the new files, written here first (same filesystem: renames never cross)
       .packwise-commit                 the commit journal, present only while files move from staging into OUT
-      .packwise-manifest.json          the names of every file packwise wrote in OUT (no timestamps)
+      .packwise-manifest.json          every file packwise wrote in OUT, with its size and SHA-256 (no timestamps)
       metadata.json, packs-*.parquet, report*   the dataset
 
 Rules (the issue-15 data-safety contract):
 
-- ``overwrite`` removes only the files named in the manifest (or, for an output of an older packwise without
-  one, ``metadata.json``, the shards it lists and the report files); anything else in ``OUT`` makes it refuse,
-  naming the files. Without ``overwrite`` a non-empty ``OUT`` is refused.
+- ``overwrite`` removes only the files named in the manifest, under a name packwise writes, whose size and
+  SHA-256 are still the recorded ones (see :mod:`._manifest`; for an output of an older packwise without
+  one: ``metadata.json``, the shards it lists and the report files, by name and content); anything else in
+  ``OUT``, or a recorded file changed since, makes it refuse before deleting anything, naming the files.
+  Without ``overwrite`` a non-empty ``OUT`` is refused.
 - One writer at a time: a second run on the same ``OUT`` fails at once, naming the lock holder's pid.
 - ``OUT`` itself is never renamed or deleted (only a directory this run created and left empty is removed),
   so a mount point, or any path that must be written in place, works; staging lives inside ``OUT``.
@@ -41,94 +43,29 @@ import socket
 import tempfile
 from pathlib import Path
 
+from ._manifest import (  # noqa: F401 (re-exported)
+    MANIFEST_FORMAT,
+    classify,
+    read_manifest,
+    register_files,
+    roll_forward,
+    staged_records,
+)
 from ._owned import (  # noqa: F401 (re-exported)
     _MANIFEST_TMP,
-    _PNG,
     _REPORT_TMP,
-    _SHARD,
-    _SHOWN,
     _STAGING,
     JOURNAL,
     LEGACY_REPORT_FILES,
     LOCK,
     MANIFEST,
-    MANIFEST_FORMAT,
     STAGING_PREFIX,
-    _head,
     _is_packwise_file,
     _leftover_is_packwise,
-    _legacy_files,
     _names,
     _pid_alive,
-    _plain_name,
     _regular,
-    read_manifest,
 )
-
-
-def register_files(out, names) -> None:
-    """Add ``names`` (files just written into a committed ``out``, e.g. by ``packwise report``) to its manifest."""
-    out = Path(out)
-    files = read_manifest(out)
-    if files is None:
-        return
-    _write_manifest(out, sorted(set(files) | set(names)))
-
-
-def _write_manifest(out: Path, files: list[str]) -> None:
-    tmp = out / f"{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps({"files": sorted(files), "format": MANIFEST_FORMAT}, indent=2) + "\n")
-    os.replace(tmp, out / MANIFEST)
-
-
-def roll_forward(out: Path) -> str | None:
-    """Finish a commit whose journal is in ``out`` (idempotent). The caller holds the lock.
-
-    Raises:
-        ValueError: the journal is not one packwise could have written: its staging directory is missing,
-            a file it installs is neither staged nor already installed, it would replace or remove a file
-            packwise did not write (named).
-    """
-    journal = out / JOURNAL
-    try:
-        data = json.loads(journal.read_text())
-        staging, files, remove = data["staging"], data["files"], data["remove"]
-        if not isinstance(files, list) or not isinstance(remove, list):
-            raise TypeError("files and remove must be lists")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{journal} cannot be read ({e}); remove the directory yourself") from None
-    if not all(_plain_name(f) for f in [staging, *files, *remove]) or not staging.startswith(STAGING_PREFIX):
-        raise ValueError(f"{journal} names a path outside {out}; the journal was edited — remove it yourself")
-    refuse = f"packwise journal {journal} is not one packwise wrote"
-    fix = "nothing was changed — check the directory and remove the journal yourself"
-    src = out / staging
-    if src.is_symlink() or not src.is_dir():
-        raise ValueError(f"{refuse}: its staging directory {staging} is missing; {fix}")
-    owned = read_manifest(out)
-    if owned is None:
-        owned = _legacy_files(out) or []
-    owned_set, files_set = set(owned), set(files)
-    for name in files:
-        staged = (src / name).is_file() and not (src / name).is_symlink()
-        if not staged and not ((out / name).exists() and name in owned_set):  # not moved in by an earlier try
-            raise ValueError(f"{refuse}: it installs {name}, which is not in {staging}; {fix}")
-        if staged and (out / name).exists() and name not in owned_set:
-            raise ValueError(f"{refuse}: it would replace {out / name}, which packwise did not write; {fix}")
-    foreign = [n for n in remove if n not in owned_set and n not in files_set and os.path.lexists(out / n)]
-    if foreign:
-        raise ValueError(f"{refuse}: it would remove {_names(foreign)}, which packwise did not write; {fix}")
-    _write_manifest(out, sorted(owned_set | files_set))  # claim the new names before they move in
-    for name in remove:
-        (out / name).unlink(missing_ok=True)
-    for name in files:
-        if (src / name).exists():
-            os.replace(src / name, out / name)
-    _write_manifest(out, files)
-    journal.unlink()
-    shutil.rmtree(src, ignore_errors=True)
-    return f"{out}: finished the replacement interrupted in run pid {data.get('pid')} (new output complete)"
 
 
 class OutputDir:
@@ -172,8 +109,18 @@ class OutputDir:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._depth -= 1
+        gone = isinstance(exc, Exception) and not isinstance(exc, ValueError) and not self._intact()
         if self._depth == 0:
             self._release(failed=not self.committed)
+        if gone:
+            raise ValueError(
+                f"output {self.path} (or packwise's staging directory in it) was removed during the run "
+                f"({type(exc).__name__}: {exc}); nothing was written — run again, and leave the output directory "
+                "alone while packwise writes it"
+            ) from exc
+
+    def _intact(self) -> bool:
+        return self.path.is_dir() and (self._staging is None or self._staging.is_dir())
 
     def _acquire(self) -> None:
         out = self.path
@@ -246,33 +193,26 @@ class OutputDir:
         pid = data.get("pid") if isinstance(data, dict) else None
         return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
 
-    def _foreign(self) -> tuple[list[str], list[str]]:
-        """``(files packwise wrote here, other entries)`` in ``out``, ignoring the lock and our staging."""
+    def _foreign(self) -> tuple[list[str], list[str], list[str]]:
+        """``(files packwise wrote here, files it wrote that changed since, other entries)`` in ``out``,
+        ignoring the lock, the manifest and our staging (see :func:`._manifest.classify`)."""
         out = self.path
         present = [p.name for p in out.iterdir() if p.name not in (LOCK, MANIFEST) and p != self._staging]
-        owned = read_manifest(out)
-        if owned is None:
-            owned = _legacy_files(out) or []
-        owned_set = set(owned)
-        return [n for n in present if n in owned_set], [n for n in present if n not in owned_set]
+        return classify(out, present)
 
     def _check_ownership(self) -> None:
         out = self.path
-        owned, other = self._foreign()
-        if not (owned or other):
+        owned, changed, other = self._foreign()
+        if not (owned or changed or other):
             self._owned = []
             return
         if not self.overwrite:
             raise ValueError(
-                f"output directory {out} is not empty ({_names(owned + other)}); pass --overwrite (overwrite=True) "
-                "or another path"
+                f"output directory {out} is not empty ({_names(owned + changed + other)}); pass --overwrite "
+                "(overwrite=True) or another path"
             )
-        if other:
-            what = "holds files packwise did not write" if owned else "is not a packwise output"
-            raise ValueError(
-                f"output directory {out} {what}: {_names(other)}; --overwrite only replaces the files packwise "
-                f"wrote (listed in {MANIFEST}) — move those away or pass a new or empty directory"
-            )
+        if other or changed:
+            raise ValueError(f"output directory {out} {_refusal(owned, changed, other)}")
         self._owned = owned
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -303,14 +243,17 @@ class OutputDir:
                 f"output {out} was removed or replaced by something else during the run; nothing was written — "
                 "run again"
             )
-        owned, other = self._foreign()
+        owned, changed, other = self._foreign()
         other = [n for n in other if not n.startswith(STAGING_PREFIX)]
-        if other:
+        if other or changed:
+            what = f"{_names(other)} appeared" if other else f"{_names(changed)}, written by packwise, changed"
+            if other and changed:
+                what += f" and {_names(changed)}, written by packwise, changed"
             raise ValueError(
-                f"output directory {out}: {_names(other)} appeared during the run and packwise did not write "
-                "them; nothing was replaced — move them away and run again"
+                f"output directory {out}: {what} during the run and packwise did not write them; nothing was "
+                "replaced — move them away (or delete them yourself) and run again"
             )
-        files = sorted(p.name for p in staging.iterdir())
+        files = staged_records(staging)
         journal = {
             "files": files, "pid": os.getpid(), "remove": sorted(set(owned) - set(files)), "staging": staging.name,
         }  # fmt: skip
@@ -337,6 +280,23 @@ class OutputDir:
                 self.path.rmdir()  # only when empty: never removes anything else
         os.close(self._fd)
         self._fd = None
+
+
+def _refusal(owned: list[str], changed: list[str], other: list[str]) -> str:
+    """Why ``--overwrite`` refuses: the files packwise did not write, and those it wrote that changed since."""
+    parts = []
+    if other:
+        what = "holds files packwise did not write" if owned or changed else "is not a packwise output"
+        parts.append(f"{what}: {_names(other)}")
+    if changed:
+        parts.append(
+            f"{'holds ' if not other else ''}files packwise wrote that were changed since: {_names(changed)} (size or "
+            f"SHA-256 differs from {MANIFEST})"
+        )
+    return (
+        "; ".join(parts) + f"; --overwrite only replaces the files packwise wrote, unchanged (listed in {MANIFEST}) — "
+        "move those away (or delete them yourself), or pass a new or empty directory"
+    )
 
 
 #: flock errors of filesystems without locks (some FUSE mounts): packwise writes unlocked and says so.

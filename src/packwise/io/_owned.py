@@ -14,7 +14,6 @@ LOCK = ".packwise.lock"
 MANIFEST = ".packwise-manifest.json"
 JOURNAL = ".packwise-commit"
 STAGING_PREFIX = ".packwise-staging-"
-MANIFEST_FORMAT = "packwise-manifest-v1"
 #: Files of an older packwise output (no manifest) besides metadata.json and its shards.
 LEGACY_REPORT_FILES = (
     "report.json", "report.md", "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
@@ -45,28 +44,6 @@ def _pid_alive(pid: int) -> bool:
 
 def _plain_name(name) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-
-
-def read_manifest(out: Path) -> list[str] | None:
-    """The file names packwise recorded in ``out`` (None when there is no manifest).
-
-    Raises:
-        ValueError: the manifest is not packwise's or names a path outside ``out``.
-    """
-    path = Path(out) / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} cannot be read as JSON ({e}); remove the directory yourself") from None
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(files, list):
-        raise ValueError(f"{path} is not a packwise manifest ({MANIFEST_FORMAT}); remove the directory yourself")
-    bad = [f for f in files if not _plain_name(f)]
-    if bad:
-        raise ValueError(f"{path} names {bad[0]!r}, which is not a file name inside {out}; the manifest was edited")
-    return files
 
 
 def _legacy_files(out: Path) -> list[str] | None:
@@ -114,7 +91,7 @@ def _is_packwise_file(path: Path) -> bool:
         if name == METADATA:
             return head.startswith(b"{") and b'"format": "packwise-packed' in path.read_bytes()[: 1 << 20]
     if m := _MANIFEST_TMP.match(name):
-        return not _pid_alive(int(m.group(1))) and head.startswith(b'{\n  "files": [')
+        return not _pid_alive(int(m.group(1))) and head.startswith((b'{\n  "files": [', b'{\n  "files": {'))
     if _SHARD.match(name):
         return head.startswith(b"PAR1")
     if name == METADATA:

@@ -5,7 +5,8 @@ Layout::
     OUT/
       packs-00000-of-00002.parquet   one row per pack (schema: see packwise.pipeline._table)
       packs-00001-of-00002.parquet
-      metadata.json                  settings, fingerprints, token accounting, metrics, plan_hash
+      metadata.json                  settings, fingerprints, token accounting, metrics, plan_hash, and per
+                                     shard its packs, bytes and SHA-256 (checked by the loaders)
 
 Everything is written into a staging directory inside ``OUT`` and moved into place under an exclusive lock
 with a commit journal (see :mod:`packwise.io._output`), so an interrupted write leaves the old complete
@@ -16,6 +17,8 @@ settings give byte-identical files.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import warnings
@@ -32,6 +35,81 @@ ROW_GROUP_PACKS = 256
 
 def shard_name(i: int, n: int) -> str:
     return f"packs-{i:05d}-of-{n:05d}.parquet"
+
+
+class _HashingSink(io.RawIOBase):
+    """A write-only binary file that forwards to ``f`` and hashes (SHA-256) and counts what passes."""
+
+    def __init__(self, f) -> None:
+        self.f, self.sha, self.size = f, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        self.size += len(b)
+        self.f.write(b)
+        return len(b)
+
+
+def write_shard(table: pa.Table, path, *, filesystem=None) -> dict:
+    """Write one packed shard (Parquet, ``ROW_GROUP_PACKS`` packs per row group) and return its
+    ``metadata.json`` entry — THE shard writer of both engines (``write_packed`` and the Ray writer tasks),
+    so their bytes and records are the same.
+
+    Args:
+        table: the shard, one row per pack (P rows).
+        path: the file to write, a local path or, with ``filesystem``, a path on that pyarrow filesystem;
+            its base name is the entry's ``file`` (``packs-NNNNN-of-NNNNN.parquet``).
+        filesystem: a ``pyarrow.fs.FileSystem`` for remote output; None writes a local file.
+
+    Returns:
+        ``{"file": name, "packs": P, "bytes": size in bytes, "sha256": hex digest of the file}``; the
+        bytes are hashed as they are written (one pass, nothing read back).
+
+    Example:
+        >>> import tempfile, hashlib
+        >>> from pathlib import Path
+        >>> f = Path(tempfile.mkdtemp()) / "packs-00000-of-00001.parquet"
+        >>> e = write_shard(pa.table({"input_ids": [[1, 2], [3]]}), f)
+        >>> e["file"], e["packs"], e["bytes"] == f.stat().st_size
+        ('packs-00000-of-00001.parquet', 2, True)
+        >>> e["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
+        True
+    """
+    with filesystem.open_output_stream(str(path)) if filesystem is not None else open(path, "wb") as f:
+        sink = _HashingSink(f)
+        pq.write_table(table, sink, row_group_size=ROW_GROUP_PACKS)
+    name = str(path).rsplit("/", 1)[-1]
+    return {"file": name, "packs": table.num_rows, "bytes": sink.size, "sha256": sink.sha.hexdigest()}
+
+
+def sha256_file(path, *, chunk: int = 1 << 22) -> tuple[int, str]:
+    """``(size in bytes, SHA-256 hex digest)`` of a file, read in ``chunk``-byte blocks."""
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            sha.update(block)
+            size += len(block)
+    return size, sha.hexdigest()
+
+
+def check_checksum(f: Path, shard: dict, size: int, digest: str) -> None:
+    """Refuse a shard whose size or SHA-256 is not the one ``metadata.json`` records (no record: accepted,
+    an output written before packwise recorded them).
+
+    Raises:
+        ValueError: naming the shard, the expected and actual hash, and the fix.
+    """
+    want = shard.get("sha256")
+    if want is None or (digest == want and size == shard.get("bytes", size)):
+        return
+    raise ValueError(
+        f"{f}: its SHA-256 is {digest} ({size} bytes) but metadata.json records {want} ({shard.get('bytes')} "
+        "bytes); the shard was changed after packwise wrote it — re-run packwise pack (or pass "
+        "verify_checksums=False to read it anyway)"
+    )
 
 
 def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
@@ -102,9 +180,7 @@ def write_packed(
         tmp = dest.staging()
         shards = []
         for i, table in enumerate(tables):
-            name = shard_name(i, num_shards)
-            pq.write_table(table, tmp / name, row_group_size=ROW_GROUP_PACKS)
-            shards.append({"file": name, "packs": table.num_rows})
+            shards.append(write_shard(table, tmp / shard_name(i, num_shards)))
             if on_shard is not None:
                 on_shard(table.num_rows)
         if len(shards) != num_shards:
@@ -143,13 +219,22 @@ def read_metadata(path) -> dict:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"{meta_path}: format {got!r}, expected {FORMAT!r}")
     shards = meta.get("shards")
-    if not isinstance(shards, list) or not all(
-        isinstance(x, dict) and isinstance(x.get("file"), str) and isinstance(x.get("packs"), int) for x in shards
-    ):
+    if not isinstance(shards, list) or not all(_shard_entry(x) for x in shards):
         raise ValueError(
-            f"{meta_path}: 'shards' must list {{file, packs}} entries; the file was edited — re-run packwise pack"
+            f"{meta_path}: 'shards' must list {{file, packs[, bytes, sha256]}} entries; the file was edited — re-run "
+            "packwise pack"
         )
     return meta
+
+
+def _shard_entry(x) -> bool:
+    if not (isinstance(x, dict) and isinstance(x.get("file"), str) and isinstance(x.get("packs"), int)):
+        return False
+    sha, size = x.get("sha256"), x.get("bytes")
+    if sha is None and size is None:  # written before packwise recorded them
+        return True
+    hexdigits = isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+    return hexdigits and isinstance(size, int) and not isinstance(size, bool) and size >= 0
 
 
 def _finish_interrupted(path: Path) -> None:
@@ -182,14 +267,21 @@ def packed_files(path) -> list[Path]:
     return files
 
 
-def load_packed(path) -> pa.Table:
+def load_packed(path, *, verify_checksums: bool = True) -> pa.Table:
     """Read a directory written by ``packwise pack`` back as one Arrow table (one row per pack).
 
     ``datasets.load_dataset("parquet", data_files=str(path / "packs-*.parquet"))`` reads the same files.
 
+    Args:
+        path: the output directory.
+        verify_checksums: check each shard's size and SHA-256 against ``metadata.json`` before using it (the
+            file is read once: its bytes are hashed, then parsed from memory). An output written before
+            packwise recorded hashes loads without the check.
+
     Raises:
-        ValueError: ``path`` is not a packwise packed dataset, or a shard is truncated/unreadable, holds
-            another number of packs than ``metadata.json`` says, or lacks a column — naming the file.
+        ValueError: ``path`` is not a packwise packed dataset, or a shard was changed after packwise wrote
+            it (its SHA-256 differs: both hashes are named), is truncated/unreadable, holds another number of
+            packs than ``metadata.json`` says, or lacks a column — naming the file.
 
     Example:
         >>> import tempfile, pyarrow as pa
@@ -203,7 +295,12 @@ def load_packed(path) -> pa.Table:
     tables = []
     for f, shard in zip(packed_files(path), meta["shards"]):
         try:
-            t = pq.read_table(f)
+            if verify_checksums and "sha256" in shard:
+                data = f.read_bytes()
+                check_checksum(f, shard, len(data), hashlib.sha256(data).hexdigest())
+                t = pq.read_table(pa.BufferReader(data))
+            else:
+                t = pq.read_table(f)
         except (pa.ArrowException, OSError) as e:
             raise ValueError(
                 f"{f} cannot be read as Parquet ({e}); the shard is truncated or damaged — re-run packwise pack"
