@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from ..assemble import PackedSequence, assemble_pack
-from ..io._write import packed_files, read_metadata
+from ..io._write import check_checksum, packed_files, read_metadata, sha256_file
 from ..plan._distribute import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
@@ -33,9 +33,13 @@ class PackedParquetDataset(Dataset):
         alignment: per-sequence alignment applied at load time (e.g. ``alignment_multiple(cp=2)``).
         pad_to: pad every pack to this many tokens (fixed-width packs, e.g. the capacity for PP/CUDA graphs).
         pad_token_id: ``input_ids`` value on padding.
+        verify_checksums: hash every shard once (SHA-256, on construction) and refuse one whose hash is not the
+            one ``metadata.json`` records; False skips that read of the whole output (huge outputs). Outputs
+            written before packwise recorded hashes are not checked.
 
     Raises:
-        ValueError: ``path`` is not a packwise packed dataset.
+        ValueError: ``path`` is not a packwise packed dataset, or a shard was changed after packwise wrote it
+            (naming the shard, the expected and actual hash).
 
     Example:
         >>> import tempfile
@@ -49,12 +53,17 @@ class PackedParquetDataset(Dataset):
         (1, [1, 2, 3, 4, 5], [0, 1, 2, 0, 1], {'source_index': [0, 1]})
     """
 
-    def __init__(self, path, *, alignment: int = 1, pad_to: int | None = None, pad_token_id: int = 0) -> None:
+    def __init__(
+        self, path, *, alignment: int = 1, pad_to: int | None = None, pad_token_id: int = 0,
+        verify_checksums: bool = True,
+    ) -> None:  # fmt: skip
         self.path = Path(path)
         self.metadata = read_metadata(self.path)
         self.files = [str(f) for f in packed_files(self.path)]
         counts = [s["packs"] for s in self.metadata["shards"]]
-        for f, expected in zip(self.files, counts):
+        for f, expected, shard in zip(self.files, counts, self.metadata["shards"]):
+            if verify_checksums and "sha256" in shard:
+                check_checksum(Path(f), shard, *sha256_file(f))
             try:
                 pf = pq.ParquetFile(f)
                 meta, names = pf.metadata, set(pf.schema_arrow.names)
