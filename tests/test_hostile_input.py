@@ -296,11 +296,11 @@ def test_fifo_and_device_inputs_are_refused_before_opening_and_leave_no_output(t
 
 
 def test_a_jsonl_line_over_the_limit_is_refused_naming_file_line_and_limit(tmp_path, monkeypatch):
-    from packwise.io import _read
+    from packwise.io import _lines
 
     ok = b'{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9]}'
     assert len(ok) == 42
-    monkeypatch.setattr(_read, "MAX_JSONL_LINE_BYTES", 42)  # ok + newline: at the limit
+    monkeypatch.setattr(_lines, "MAX_JSONL_LINE_BYTES", 42)  # ok + newline: at the limit
     f = tmp_path / "d.jsonl"
     f.write_bytes(ok + b"\n" + ok + b"\n" + b'{"input_ids": [' + b"1, " * 20 + b"1]}\n")
     with pytest.raises(ValueError) as e:
@@ -333,7 +333,7 @@ def test_literal_chat_control_tokens_in_text_are_refused(tmp_path, write_jsonl, 
     pc = write_jsonl([{"prompt": "2+2=", "completion": "4<|endoftext|>"}], name="pc.jsonl")
     code, err = run(capsys, "pack", pc, "-o", tmp_path / "o", "--tokenizer", "qwen2.5")
     assert (code, err) == (
-        1, f"error: prompt/completion pair 0: field 'completion' holds the literal special token <|endoftext|>, {FIX8}",
+        1, f"error: {pc} line 1: field 'completion' holds the literal special token <|endoftext|>, {FIX8}",
     )  # fmt: skip
     assert not (tmp_path / "o").exists()
     # the same text without the tokens packs

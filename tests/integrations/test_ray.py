@@ -48,8 +48,14 @@ def same_files(a, b, *, metadata=True, local_only=(".packwise.lock",)):
     output has no lock and no manifest: pass ``local_only`` with the manifest for it)."""
     names = sorted(p.name for p in a.iterdir() if p.name not in local_only)
     assert names == sorted(p.name for p in b.iterdir() if p.name not in local_only)
-    for name in names if metadata else [n for n in names if n != "metadata.json"]:
+    skip = () if metadata else ("metadata.json", ".packwise-manifest.json")  # the manifest hashes metadata.json
+    for name in [n for n in names if n not in skip]:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    if not metadata and ".packwise-manifest.json" in names:
+        files = [json.loads((d / ".packwise-manifest.json").read_text())["files"] for d in (a, b)]
+        assert {k: v for k, v in files[0].items() if k != "metadata.json"} == {
+            k: v for k, v in files[1].items() if k != "metadata.json"
+        }
 
 
 CONFIGS = [
@@ -257,6 +263,15 @@ def test_cli_engine_ray_writes_the_local_engines_files(rows, tmp_path, capsys):
     assert remote["plan_hash"] == local["plan_hash"] and remote["tokens_packed"] == local["tokens_packed"]
     assert remote["packs"] == local["packs"] > 5  # several shards
     same_files(tmp_path / "ray", tmp_path / "local")
+    import hashlib
+
+    from packwise.io import read_metadata
+
+    shards = read_metadata(tmp_path / "ray")["shards"]  # both engines record each shard's bytes and SHA-256
+    assert len(shards) > 1 and all(
+        (s["bytes"], s["sha256"]) == (len(b := (tmp_path / "ray" / s["file"]).read_bytes()), hashlib.sha256(b).hexdigest())
+        for s in shards
+    )
 
 
 def test_pack_dataset_takes_a_packing_config(rows, tmp_path):

@@ -6,6 +6,7 @@ ranges and Parquet into row groups rather than read with Ray Data).
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..io._read import (
     detect_format,
     detect_kind,
     from_rows,
+    jsonl_lines,
     parquet_files,
     parse_line,
 )
@@ -198,26 +200,25 @@ def _dataset_pieces(ds, cpus: int) -> tuple[list, list[str]]:
 
 
 def _open(where):
-    """A binary file with seek/read: a local path, or a :class:`Loc` on a pyarrow filesystem."""
-    return where.open() if isinstance(where, Loc) else open(where, "rb")
+    """A binary file with seek/read/readline: a local path, or a :class:`Loc` on a pyarrow filesystem."""
+    return io.BufferedReader(where.open()) if isinstance(where, Loc) else open(where, "rb")
 
 
-def _lines(f):
-    """Lines of a binary file, each with its newline (pyarrow's files have no line iterator)."""
-    rest = b""
+def _skip_line(f) -> int:
+    """Bytes from where ``f`` stands to just after the next newline (or the end), read in blocks, kept none."""
+    n = 0
     while block := f.read(1 << 20):
-        parts = (rest + block).split(b"\n")
-        rest = parts.pop()
-        yield from (p + b"\n" for p in parts)
-    if rest:
-        yield rest
+        if (i := block.find(b"\n")) >= 0:
+            return n + i + 1
+        n += len(block)
+    return n
 
 
 def _jsonl_kind(path, skip: bool) -> str:
     """The row kind, from the first valid line as the local reader decides it (reads only that far)."""
     bad = 0
     with _open(path) as f:
-        for lineno, raw in enumerate(_lines(f), start=1):
+        for lineno, raw in jsonl_lines(f, path):  # the local reader's line bound and message
             if not raw.strip():
                 continue
             try:
@@ -239,14 +240,17 @@ def _jsonl_ranges(path, step: int) -> list[tuple[int, int]]:
     with _open(path) as f:
         while cuts[-1] + step < size:
             f.seek(cuts[-1] + step)
-            cuts.append(cuts[-1] + step + len(next(_lines(f), b"")))
+            cuts.append(cuts[-1] + step + _skip_line(f))
     return [(lo, hi) for lo, hi in zip(cuts, [*cuts[1:], size]) if lo < hi]
 
 
 def _count_newlines(path, lo: int, hi: int) -> int:
+    n = 0
     with _open(path) as f:
         f.seek(lo)
-        return f.read(hi - lo).count(b"\n")
+        while lo < hi and (block := f.read(min(1 << 22, hi - lo))):
+            n, lo = n + block.count(b"\n"), lo + len(block)
+    return n
 
 
 def _read_parquet(path, groups: list[int], schema: pa.Schema) -> pa.Table:
@@ -277,16 +281,15 @@ def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
             data = BlockAccessor.for_block(data).to_arrow()
         return _Piece(name=name, kind=kind, table=data.slice(meta[0], meta[1] - meta[0]), start=meta[2])
     lo, hi, first = meta
+    rows, numbers, errors = [], [], []
     with _open(data) as f:
         f.seek(lo)
-        lines = f.read(hi - lo).split(b"\n")
-    rows, numbers, errors = [], [], []
-    for k, raw in enumerate(lines):
-        if raw.strip():  # the local reader sees each line with its newline: same JSON error positions
-            try:
-                rows.append(parse_line(raw + b"\n" if k < len(lines) - 1 else raw, name, first + k))
-            except ValueError as e:
-                errors.append((len(rows), str(e)))
-                rows.append(None)
-            numbers.append(first + k)
+        for lineno, raw in jsonl_lines(f, name, first=first, size=hi - lo):  # the local reader's bound
+            if raw.strip():
+                try:
+                    rows.append(parse_line(raw, name, lineno))
+                except ValueError as e:
+                    errors.append((len(rows), str(e)))
+                    rows.append(None)
+                numbers.append(lineno)
     return _Piece(name=name, kind=kind, rows=rows, errors=errors, line_numbers=numbers)

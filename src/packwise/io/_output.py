@@ -109,7 +109,7 @@ class OutputDir:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._depth -= 1
-        gone = isinstance(exc, Exception) and not isinstance(exc, ValueError) and not self._intact()
+        gone = isinstance(exc, OSError) and self._depth == 0 and self._fd is not None and not self._lock_is_ours()
         if self._depth == 0:
             self._release(failed=not self.committed)
         if gone:
@@ -119,8 +119,12 @@ class OutputDir:
                 "alone while packwise writes it"
             ) from exc
 
-    def _intact(self) -> bool:
-        return self.path.is_dir() and (self._staging is None or self._staging.is_dir())
+    def _lock_is_ours(self) -> bool:
+        """The lock file at ``out`` is still the one this run holds (False: ``out`` was removed or replaced)."""
+        try:
+            return os.stat(self.path / LOCK).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def _acquire(self) -> None:
         out = self.path
@@ -234,11 +238,7 @@ class OutputDir:
             ValueError: ``out`` was replaced during the run, or holds new files packwise did not write.
         """
         out, staging = self.path, self.staging()
-        try:
-            same = os.stat(out / LOCK).st_ino == os.fstat(self._fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:
+        if not self._lock_is_ours():
             raise ValueError(
                 f"output {out} was removed or replaced by something else during the run; nothing was written — "
                 "run again"

@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
 
+from ._lines import (  # noqa: F401 (re-exported: the Ray engine, verify and the CLI import them from here)
+    MAX_JSONL_LINE_BYTES,
+    SKIP_HINT,
+    check_input_path,
+    check_jsonl_file,
+    jsonl_lines,
+    parse_line,
+)
+
 Format = Literal["jsonl", "parquet", "hf"]
 Kind = Literal["messages", "prompt_completion", "tokens"]
 FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf")
-SKIP_HINT = "fix the row or pass --skip-bad-rows (skip_bad_rows=True) to skip and count it"
 
 
 class BadRow(ValueError):
@@ -107,54 +113,6 @@ def detect_format(path: Path) -> Format:
     if suffix in (".parquet", ".pq"):
         return "parquet"
     raise ValueError(f"input {path}: cannot tell the format from {suffix!r}; pass --format jsonl|parquet|hf")
-
-
-#: Longest JSONL line read (bytes): a row beyond it is refused rather than read into memory without end.
-MAX_JSONL_LINE_BYTES = 64 << 20
-
-
-def check_input_path(path) -> Path:
-    """Refuse an input that is missing or is not a regular file or a directory (a FIFO, a socket, a device such
-    as ``/dev/zero``) before opening it: reading one could block or never end.
-
-    Raises:
-        ValueError: naming the path and what it is.
-    """
-    import stat
-
-    path = Path(path)
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise ValueError(f"input {path} does not exist") from None
-    except OSError as e:
-        raise ValueError(f"input {path} cannot be read ({e.strerror})") from None
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        what = (
-            "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "not a regular file"
-        )  # fmt: skip
-        raise ValueError(
-            f"input {path} is {what}, not a regular file or directory; packwise reads files — write the data "
-            "to a file first"
-        )
-    return path
-
-
-def jsonl_lines(f, path, *, limit: int | None = None):
-    """``(line number, raw bytes)`` of an open binary JSONL file, refusing a line over ``limit`` bytes
-    (default :data:`MAX_JSONL_LINE_BYTES`) with a ValueError naming the file, line and limit."""
-    limit = MAX_JSONL_LINE_BYTES if limit is None else limit
-    lineno = 0
-    while raw := f.readline(limit + 1):
-        lineno += 1
-        if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
-            raise ValueError(
-                f"{path} line {lineno}: longer than the {limit:,} byte limit of one JSONL row; is this JSON lines "
-                "(one object per line)? Split the file into rows, or pass Parquet"
-            )
-        yield lineno, raw
 
 
 def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = False) -> RawInput:  # noqa: A002
@@ -299,56 +257,6 @@ def _read_arrow(path: Path) -> pa.Table:
             return pa.ipc.open_stream(source).read_all()
         except pa.ArrowInvalid:
             return pa.ipc.open_file(source).read_all()
-
-
-def parse_line(raw: bytes, path, lineno: int, *, hint: str = SKIP_HINT) -> dict:
-    """One JSONL line as a dict; ``ValueError`` naming the file, line and JSON error, then ``hint``.
-
-    Nesting deeper than Python's recursion limit (about 1,000 levels) is refused with the same message shape.
-    """
-    try:
-        row = json.loads(raw)
-        if not isinstance(row, dict):
-            raise ValueError(f"expected a JSON object, got {type(row).__name__}")
-    except ValueError as e:
-        raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {hint}") from None
-    except RecursionError:
-        raise ValueError(
-            f"{path} line {lineno}: malformed JSON (nested more than about {sys.getrecursionlimit()} levels of "
-            f"[ or {{ deep); {hint}"
-        ) from None
-    return row
-
-
-#: File signatures that mean the file is not JSON text (checked on the first bytes of a .jsonl input).
-_MAGIC = (
-    (b"\x1f\x8b", "gzip-compressed", "decompress it: gunzip -c {p} > data.jsonl"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it: zstd -d {p} -o data.jsonl"),
-    (b"BZh", "bzip2-compressed", "decompress it: bunzip2 -k {p}"),
-    (b"\xfd7zXZ\x00", "xz-compressed", "decompress it: unxz -k {p}"),
-    (b"PK\x03\x04", "a zip archive", "extract it: unzip {p}"),
-    (b"PAR1", "a Parquet file", "rename it to .parquet or pass --format parquet"),
-    (b"ARROW1", "an Arrow file", "load it with datasets and save_to_disk, then pass the folder"),
-)
-
-
-def check_jsonl_file(path: Path) -> None:
-    """Refuse a directory, or a file whose first bytes say it is compressed, an archive or Parquet.
-
-    Raises:
-        ValueError: naming the path, what it is and the fix.
-    """
-    check_input_path(path)
-    if path.is_dir():
-        raise ValueError(
-            f"input {path} is a directory; --format jsonl reads one file: pass the .jsonl file itself "
-            "(or a Parquet / saved HF dataset directory without --format jsonl)"
-        )
-    with open(path, "rb") as f:
-        head = f.read(8)
-    for magic, what, fix in _MAGIC:
-        if head.startswith(magic) and not (what == "bzip2-compressed" and not head[3:4].isdigit()):
-            raise ValueError(f"input {path} is {what}, not JSON lines; {fix.format(p=path)}")
 
 
 def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:

@@ -72,6 +72,8 @@ def load_image(path, where: str = "sample"):
     from PIL import Image, UnidentifiedImageError
 
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{where}: image {p} is a directory, not an image file; name the file itself")
     if not p.is_file():
         raise ValueError(
             f"{where}: image {p} does not exist; fix the path (relative paths are relative to the input file)"

@@ -68,7 +68,7 @@ def resolve_media_path(
     must lie inside ``media_root`` (None: no bound, for in-memory rows). Every media kind calls this function.
 
     Raises:
-        BadRow: the path is not a non-empty string, leaves the media root, or does not exist — naming the
+        BadRow: the path is not a non-empty string, leaves the media root, does not exist, or is a directory — naming the
             row, the field, the path and the fix (``--media-root`` / ``media_root=`` widens the root).
 
     Example:
@@ -94,6 +94,8 @@ def resolve_media_path(
                 f"names {kind} {full}, outside the media root {root}; media files must be inside it",
                 "move the file there or pass --media-root (media_root=) a folder that contains it",
             )  # fmt: skip
+    if full.is_dir():
+        raise BadRow(where, field, f"names {kind} {full}, which is a directory, not a file", "name the file itself")
     if not full.is_file():
         raise BadRow(
             where, field, f"names {kind} {full}, which does not exist (relative paths are relative to the input file)"

@@ -168,8 +168,10 @@ def tokenize_rows(
     :class:`packwise.multimodal.VisionSpec`); the samples then carry ``mm_token_type_ids`` and ``media``.
     """
     from ..tokenize import encode_chats, encode_prompt_completion
+    from ..tokenize._literal import check_row, special_token_pattern
 
     errors = RowErrors(skip_bad_rows, raw)
+    literal = special_token_pattern(tokenizer)  # typed special tokens: a bad row (skippable), checked per row
     optional = [c for c in ("images", "tools") if raw.table is not None and c in raw.table.column_names]
     columns = _text_columns(raw) + optional
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
@@ -195,6 +197,7 @@ def tokenize_rows(
                         "add the reply, drop the row (--skip-bad-rows counts it), or train on every token "
                         "(--loss-on all)",
                     )  # fmt: skip
+                check_row(msgs, literal, where)
                 if _multimodal(row):
                     msgs, refs_of[i] = _expand(row, raw, vision, tokenizer, where)
                 chats.append(msgs)
@@ -207,11 +210,14 @@ def tokenize_rows(
                     "write the row as messages (user turn with the image parts, assistant turn with the completion)",
                 )  # fmt: skip
             elif isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
+                check_row((row["prompt"], row["completion"]), literal, where)
                 texts.append((row["prompt"], row["completion"]))
                 text_rows.append(i)
             elif isinstance(row.get("prompt"), list) and isinstance(row.get("completion"), list):
                 prompt = _chat(row, "prompt", where)
-                chats.append(prompt + _chat(row, "completion", where))
+                chat = prompt + _chat(row, "completion", where)
+                check_row(chat, literal, where)
+                chats.append(chat)
                 chat_rows.append(i)
                 skips.append(sum(m["role"] == "assistant" for m in prompt))
             else:

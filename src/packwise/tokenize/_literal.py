@@ -2,7 +2,9 @@
 
 A fast tokenizer matches its added tokens inside any text it encodes, so a message whose content holds the
 literal string ``<|im_end|>`` would become a real end-of-turn token: a forged turn, or an end of text inside a
-reply that the model is trained to emit. packwise refuses the row (naming row and field) instead.
+reply that the model is trained to emit. packwise refuses the row (naming row and field) instead; the
+pipeline checks each row with :func:`check_row` so that ``--skip-bad-rows`` skips and counts it like any
+other bad row (``encode_chats``/``encode_prompt_completion`` check again, for direct callers).
 
 Vision tokens (``<|image_pad|>``, ...) and the audio placeholders (``<|AUDIO|>``, ``<|audio_bos|>``,
 ``<|audio_eos|>``: the tokens at their ids) are written by packwise's media expansion into the text it encodes,
@@ -48,25 +50,30 @@ def _texts(message: dict):
                 yield f"content[{k}].text", part["text"]
 
 
-def check_chats(chats: Sequence[list[dict]], pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
-    """Raise :class:`~packwise.io._read.BadRow` for the first message text holding a literal special token."""
+def check_row(row, pattern: re.Pattern | None, where: str) -> None:
+    """Raise :class:`~packwise.io._read.BadRow` naming ``where`` and the field when one conversation (a list of
+    messages) or one ``(prompt, completion)`` pair of strings holds a literal special token."""
     if pattern is None:
         return
-    for i, chat in enumerate(chats):
-        for j, message in enumerate(chat):
-            for name, text in _texts(message):
-                if m := pattern.search(text):
-                    raise _bad(where(i), f"messages[{j}].{name}", m.group())
+    if isinstance(row, tuple):
+        fields = zip(("prompt", "completion"), row)
+    else:
+        fields = ((f"messages[{j}].{name}", text) for j, message in enumerate(row) for name, text in _texts(message))
+    for name, text in fields:
+        if m := pattern.search(text):
+            raise _bad(where, name, m.group())
+
+
+def check_chats(chats: Sequence[list[dict]], pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
+    """:func:`check_row` on every conversation (the first bad one raises)."""
+    for i, chat in enumerate(chats if pattern is not None else ()):
+        check_row(chat, pattern, where(i))
 
 
 def check_pairs(prompts, completions, pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
     """The same for plain-text prompt/completion pairs."""
-    if pattern is None:
-        return
-    for i, (p, c) in enumerate(zip(prompts, completions)):
-        for name, text in (("prompt", p), ("completion", c)):
-            if m := pattern.search(text):
-                raise _bad(where(i), name, m.group())
+    for i, pair in enumerate(zip(prompts, completions) if pattern is not None else ()):
+        check_row(pair, pattern, where(i))
 
 
 def _bad(where: str, field: str, token: str) -> BadRow:
