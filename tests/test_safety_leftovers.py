@@ -51,7 +51,7 @@ def test_literal_special_tokens_skipped_the_same_on_the_ray_engine(tmp_path, wri
     data = write_jsonl(rows)
     common = ["pack", data, "--tokenizer", "qwen2.5", "--capacity", "64", "--skip-bad-rows", "--json"]
     assert run(capsys, *common, "-o", tmp_path / "local")[0] == 0
-    assert run(capsys, *common, "-o", tmp_path / "ray", "--engine", "ray", "--ray-num-cpus", "2")[0] == 0
+    assert run(capsys, *common, "-o", tmp_path / "ray", "--engine", "ray", "--num-cpus", "2")[0] == 0
     from packwise.io import read_metadata
 
     local, ray = read_metadata(tmp_path / "local"), read_metadata(tmp_path / "ray")

@@ -210,3 +210,18 @@ def test_every_file_packwise_writes_has_a_name_overwrite_accepts(data, tmp_path)
     assert not any(is_packwise_name(n) for n in ("notes.txt", "packs-1-of-2.parquet", "model.bin", "report.txt"))
     assert sorted(json.loads((out / MANIFEST).read_text())["files"]) == sorted(written)
     assert os.path.exists(out / "report.json")
+
+
+def test_packwise_report_never_overwrites_a_report_file_it_did_not_write(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert pack(data, out) == 0
+    assert main(["report", str(out), "-q", "--no-plots"]) == 0
+    assert main(["report", str(out), "-q", "--no-plots"]) == 0  # its own files, unchanged: rewritten
+    (out / "report.md").write_text("my notes\n")
+    capsys.readouterr()
+    assert main(["report", str(out), "-q", "--no-plots"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: {out}: report.md was not written by packwise or changed since; packwise will not overwrite it — "
+        "move it away (or delete it yourself) and run again"
+    )
+    assert (out / "report.md").read_text() == "my notes\n"

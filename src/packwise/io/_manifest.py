@@ -128,6 +128,25 @@ def classify(out: Path, names) -> tuple[list[str], list[str], list[str]]:
     return owned, changed, other
 
 
+def check_replaceable(out, names) -> None:
+    """Refuse to write ``names`` into ``out`` (``packwise report`` rewriting its files) when one of them exists
+    and is not a file packwise wrote there, unchanged.
+
+    Raises:
+        ValueError: naming the files and the fix.
+    """
+    out = Path(out)
+    present = [n for n in names if os.path.lexists(out / n)]
+    if not present:
+        return
+    _, changed, other = classify(out, present)
+    if changed or other:
+        raise ValueError(
+            f"{out}: {_names(changed + other)} was not written by packwise or changed since; packwise will not "
+            "overwrite it — move it away (or delete it yourself) and run again"
+        )
+
+
 def register_files(out, names) -> None:
     """Add ``names`` (files just written into a committed ``out``, e.g. by ``packwise report``) to its
     manifest, with their size and SHA-256 (nothing happens without a manifest)."""

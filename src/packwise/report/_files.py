@@ -232,7 +232,8 @@ def write_report(out_dir, report: PackReport | Mapping | None = None, *, plots: 
         The paths written: ``report.json``, ``report.md``, then the plots (``report-*.png``).
 
     Raises:
-        ValueError: ``out_dir`` is not a packwise packed dataset, or its shards disagree with the report.
+        ValueError: ``out_dir`` is not a packwise packed dataset, its shards disagree with the report, or a report
+            file there was not written by packwise (or changed since): it is never overwritten.
 
     Example:
         >>> import json, tempfile
@@ -256,6 +257,9 @@ def write_report(out_dir, report: PackReport | Mapping | None = None, *, plots: 
         raise TypeError(f"report must be a PackReport, a metadata dict or None, got {type(report).__name__}")
     stats = read_pack_stats(out_dir)
     check_stats(stats, report, out_dir)
+    from ..io._manifest import check_replaceable
+
+    check_replaceable(out_dir, [REPORT_JSON, REPORT_MD, *PLOT_TITLES])  # never over a file packwise did not write
     written: list[Path] = []
     skipped = None if plots else "disabled (plots=False / --no-plots)"
     if plots and (skipped := plot_dependency_error()) is None:
