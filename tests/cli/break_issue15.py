@@ -114,6 +114,44 @@ def overwrite_fewer_shards_removes_old(d):
 
 
 @case("files")
+def overwrite_hand_edited_manifest_lists_notes(d):
+    pre(d, *packed(d))
+    (d / "out" / "notes.txt").write_text("mine")
+    m = json.loads((d / "out" / ".packwise-manifest.json").read_text())
+    files = m["files"]
+    if isinstance(files, dict):
+        files["notes.txt"] = None
+    else:
+        files.append("notes.txt")
+    (d / "out" / ".packwise-manifest.json").write_text(json.dumps(m))
+    return packed(d, "out", "--overwrite"), "error", ["out/notes.txt", "out/metadata.json"], None
+
+
+@case("files")
+def overwrite_modified_shard(d):
+    pre(d, *packed(d, "out", "--packs-per-shard", "1"))
+    shutil.copyfile(d / "out" / "packs-00000-of-00003.parquet", d / "out" / "packs-00001-of-00003.parquet")
+    keep = ["out/packs-00001-of-00003.parquet", "out/packs-00000-of-00003.parquet", "out/metadata.json"]
+    return packed(d, "out", "--overwrite"), "error", keep, None
+
+
+@case("files")
+def report_over_users_report_md(d):
+    pre(d, *packed(d))
+    (d / "out" / "report.md").write_text("my notes")
+    return ["report", str(d / "out"), "-q", "--no-plots"], "error", ["out/report.md"], None
+
+
+@case("files")
+def overwrite_manifest_v1_output(d):
+    pre(d, *packed(d))
+    m = json.loads((d / "out" / ".packwise-manifest.json").read_text())
+    m = {"files": sorted(m["files"]), "format": "packwise-manifest-v1"}
+    (d / "out" / ".packwise-manifest.json").write_text(json.dumps(m))
+    return packed(d, "out", "--overwrite", "--capacity", "16"), "ok", [], lambda: meta(d)["capacity"] == 16
+
+
+@case("files")
 def output_is_cwd(d):
     return [*packed(d, "."), "--overwrite"], "error", ["in.jsonl"], None
 

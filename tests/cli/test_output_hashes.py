@@ -126,7 +126,10 @@ def test_metadata_records_each_shards_bytes_and_sha256(data, tmp_path):
     out = tmp_path / "out"
     assert pack(data, out, "--packs-per-shard", "3") == 0
     shards = read_metadata(out)["shards"]
-    assert [(s["file"], s["packs"]) for s in shards] == [("packs-00000-of-00002.parquet", 3), ("packs-00001-of-00002.parquet", 1)]
+    assert [(s["file"], s["packs"]) for s in shards] == [
+        ("packs-00000-of-00002.parquet", 3),
+        ("packs-00001-of-00002.parquet", 1),
+    ]
     for s in shards:
         f = out / s["file"]
         assert (s["bytes"], s["sha256"]) == (f.stat().st_size, sha(f))

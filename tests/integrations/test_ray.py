@@ -269,7 +269,8 @@ def test_cli_engine_ray_writes_the_local_engines_files(rows, tmp_path, capsys):
 
     shards = read_metadata(tmp_path / "ray")["shards"]  # both engines record each shard's bytes and SHA-256
     assert len(shards) > 1 and all(
-        (s["bytes"], s["sha256"]) == (len(b := (tmp_path / "ray" / s["file"]).read_bytes()), hashlib.sha256(b).hexdigest())
+        (s["bytes"], s["sha256"])
+        == (len(b := (tmp_path / "ray" / s["file"]).read_bytes()), hashlib.sha256(b).hexdigest())
         for s in shards
     )
 

@@ -229,14 +229,12 @@ def roll_forward(out: Path) -> str | None:
                 raise ValueError(f"{refuse}: it installs {name}, which is not in {staging}; {fix}")
         elif os.path.lexists(out / name) and not owned(name):
             raise ValueError(
-                f"{refuse}: it would replace {out / name}, which packwise did not write (or which changed since); "
-                f"{fix}"
+                f"{refuse}: it would replace {out / name}, which packwise did not write (or which changed since); {fix}"
             )
     foreign = [n for n in remove if os.path.lexists(out / n) and not owned(n)]
     if foreign:
         raise ValueError(
-            f"{refuse}: it would remove {_names(foreign)}, which packwise did not write (or which changed since); "
-            f"{fix}"
+            f"{refuse}: it would remove {_names(foreign)}, which packwise did not write (or which changed since); {fix}"
         )
     for name in remove:
         (out / name).unlink(missing_ok=True)

@@ -68,8 +68,8 @@ def resolve_media_path(
     must lie inside ``media_root`` (None: no bound, for in-memory rows). Every media kind calls this function.
 
     Raises:
-        BadRow: the path is not a non-empty string, leaves the media root, does not exist, or is a directory — naming the
-            row, the field, the path and the fix (``--media-root`` / ``media_root=`` widens the root).
+        BadRow: the path is not a non-empty string, leaves the media root, does not exist, or is a directory —
+            naming the row, the field, the path and the fix (``--media-root`` / ``media_root=`` widens the root).
 
     Example:
         >>> import tempfile, pathlib
