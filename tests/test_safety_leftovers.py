@@ -115,7 +115,7 @@ def test_an_output_removed_during_the_run_gets_a_clear_error(tmp_path):
     with pytest.raises(ValueError) as e:
         write_packed(out, tables(), 2, {"capacity": 2})
     message = str(e.value)
-    assert message.startswith(f"output {out} (or packwise's staging directory in it) was removed during the run (")
+    assert message.startswith(f"output {out} was removed or replaced during the run (")
     assert message.endswith(
         "); nothing was written — run again, and leave the output directory alone while packwise writes it"
     )
@@ -135,7 +135,7 @@ def test_an_output_removed_during_packwise_pack_is_a_clean_cli_error(tmp_path, w
 
     monkeypatch.setattr(_write, "write_shard", remove_then_write)
     rc, err = run(capsys, "pack", data, "-o", out, "--capacity", "8")
-    assert rc == 1 and err.startswith(f"error: output {out} (or packwise's staging directory in it) was removed")
+    assert rc == 1 and err.startswith(f"error: output {out} was removed or replaced during the run")
     assert "Traceback" not in err
 
 

@@ -174,7 +174,7 @@ def staged_records(staging: Path) -> dict[str, dict]:
     records = {}
     for p in sorted(staging.iterdir()):
         s = known.get(p.name)
-        if s is not None and p.stat().st_size == s["bytes"]:
+        if s is not None and p.stat().st_size == s.get("bytes"):
             records[p.name] = {"bytes": s["bytes"], "sha256": s["sha256"]}
         else:
             records[p.name] = file_record(p)

@@ -78,8 +78,9 @@ class OutputDir:
 
     Raises:
         ValueError: (on entering) another run holds the lock (its pid is named), ``out`` is not empty without
-            ``overwrite``, or holds files packwise did not write (named); (on commit) files appeared in
-            ``out`` during the run.
+            ``overwrite``, or holds files packwise did not write or that changed since (named); (on commit)
+            files appeared or changed in ``out`` during the run; (on leaving) a write failed because ``out``
+            was removed or replaced during the run (instead of the raw OSError).
     """
 
     def __init__(self, out, *, overwrite: bool = False, inputs: tuple = ()) -> None:
@@ -114,7 +115,7 @@ class OutputDir:
             self._release(failed=not self.committed)
         if gone:
             raise ValueError(
-                f"output {self.path} (or packwise's staging directory in it) was removed during the run "
+                f"output {self.path} was removed or replaced during the run "
                 f"({type(exc).__name__}: {exc}); nothing was written — run again, and leave the output directory "
                 "alone while packwise writes it"
             ) from exc
