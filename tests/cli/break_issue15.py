@@ -214,8 +214,16 @@ def stale_staging_cleaned(d):
 def killed_first_run_leftovers(d):
     (d / "out").mkdir()
     (d / "out" / ".packwise-staging-99999-x").mkdir()
-    (d / "out" / ".packwise-staging-99999-x" / "packs-00000-of-00001.parquet").write_bytes(b"partial")
-    return packed(d), "ok", [], lambda: meta(d)["packs"] >= 1
+    (d / "out" / ".packwise-staging-99999-x" / "packs-00000-of-00001.parquet").write_bytes(b"PAR1partial")
+    return packed(d), "ok", [], lambda: meta(d)["packs"] >= 1  # a killed write leaves Parquet's magic first
+
+
+@case("files")
+def leftover_staging_with_foreign_content(d):
+    (d / "out").mkdir()
+    (d / "out" / ".packwise-staging-99999-x").mkdir()
+    (d / "out" / ".packwise-staging-99999-x" / "packs-00000-of-00001.parquet").write_bytes(b"not parquet")
+    return packed(d), "error", ["out/.packwise-staging-99999-x/packs-00000-of-00001.parquet"], None  # named, kept
 
 
 @case("files")
