@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ..constants import IGNORE_INDEX
 from ..io._read import BadRow, RawInput
-from ._samples import RowErrors, Samples
+from ._types import RowErrors, Samples
 
 #: TRL's tokenized loss masks, read as ``loss_mask`` (1 = the token is a target; several in one row: a target in
 #: all of them): ``completion_mask`` (prompt-completion data) and ``assistant_masks`` (``assistant_only_loss``).
