@@ -9,22 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-#: Per-sample tensors that are not per token (images, videos, audio clips): concatenated in sequence order, not
-#: padded. Audio: ``input_features (clips, mel, frames)`` and ``feature_attention_mask (clips, frames)``.
-MEDIA_KEYS = (
-    "pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "input_features",
-    "feature_attention_mask",
-)  # fmt: skip
+from ._batch import MEDIA_KEYS, PRODUCED
+
 #: TRL's loss masks (prompt-completion ``completion_mask``, ``assistant_only_loss`` ``assistant_masks``): read as
 #: ``loss_mask`` (1 = the token is a target), as the offline pipeline does (``packwise.pipeline._tokens.TRL_MASKS``;
 #: kept apart so assemble does not import the pipeline layer).
 TRL_MASKS = ("completion_mask", "assistant_masks")
 RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *TRL_MASKS, *MEDIA_KEYS)
-#: Names the assembler and collator produce: a per-token column may not take them.
-PRODUCED = (
-    "cu_seqlens", "cu_seqlens_padded", "max_seqlen", "seq_idx", "padding_mask", "total_tokens", "cu_seq_lens_q",
-    "cu_seq_lens_k", "max_length_q", "max_length_k", "num_sequences", "cu_pack_tokens", "layout", "metadata",
-)  # fmt: skip
 
 
 def as_tensor(value, name: str, index: int) -> torch.Tensor:

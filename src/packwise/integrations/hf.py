@@ -20,8 +20,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..assemble import PackedSequence, assemble_batch, assemble_pack, collate_packs
-from ..assemble._pack import MEDIA_KEYS
+from ..assemble import PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
+from ..assemble._batch import HF_KEYS, MEDIA_KEYS
 from ..attention import BACKENDS, Backend
 from ._hf_attention import packwise_attention_forward
 from ._hf_guard import (
@@ -38,8 +38,6 @@ __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
     "position_offset", "register_packed_attention", "use_packed_attention",
 ]  # fmt: skip
-
-HF_KEYS = ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
 def _sequences(feature: Mapping, index: int) -> list[dict]:
@@ -208,7 +206,7 @@ class PackedDataCollator:
         self.return_packwise_keys = return_packwise_keys
         self._trainer_checked = False
 
-    def __call__(self, features: Sequence[Mapping]) -> dict:
+    def __call__(self, features: Sequence[Mapping]) -> PackedBatch:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
         if not self._trainer_checked:  # once per collator, when a Trainer calls it
