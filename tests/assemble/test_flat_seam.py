@@ -75,6 +75,8 @@ def test_from_flat_refuses_bad_boundaries_and_columns():
         PackedSequence.from_flat({"input_ids": ids, "loss_mask": np.ones(5)}, [0, 5])
     with pytest.raises(ValueError, match="'extra' has shape"):
         PackedSequence.from_flat({"input_ids": ids, "extra": np.ones(4)}, [0, 5])
+    with pytest.raises(ValueError, match="metadata 'source_index' has 1 values for 2 sequences"):
+        PackedSequence.from_flat({"input_ids": ids}, [0, 2, 5], metadata={"source_index": [0]})
     with pytest.raises(ValueError, match="neither -100"):
         PackedSequence.from_flat({"input_ids": ids, "labels": np.array([1, 2, -5, 4, 5])}, [0, 5])
 

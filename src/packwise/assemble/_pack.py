@@ -94,7 +94,8 @@ class PackedSequence:
 
         Raises:
             ValueError: boundaries that are not ``0 = cu[0] < cu[1] < ... = T``, a column of another length, a
-                ``loss_mask``/``position_ids``/media column, and what :func:`assemble_pack` raises.
+                ``loss_mask``/``position_ids``/media column, metadata without one value per sequence, and what
+                :func:`assemble_pack` raises.
 
         Example:
             >>> p = PackedSequence.from_flat({"input_ids": np.array([1, 2, 3, 4, 5])}, [0, 3, 5], alignment=4)
@@ -112,7 +113,11 @@ class PackedSequence:
                 f"cu_seqlens {cu.tolist()} must rise from 0 to the {total} tokens of the columns, every sequence "
                 ">= 1 token"
             )
-        cols = flat_columns(tensors, np.diff(cu).tolist(), {k: list(v) for k, v in (metadata or {}).items()})
+        meta = {k: list(v) for k, v in (metadata or {}).items()}
+        bad = next((k for k, v in meta.items() if len(v) != cu.shape[0] - 1), None)
+        if bad is not None:
+            raise ValueError(f"metadata {bad!r} has {len(meta[bad])} values for {cu.shape[0] - 1} sequences")
+        cols = flat_columns(tensors, np.diff(cu).tolist(), meta)
         return _execute(
             cols, pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=IGNORE_INDEX,
             pad_values=None, labels_shifted=False, position_offset=position_offset, vocab_size=vocab_size,
