@@ -10,6 +10,7 @@ document first, equal to the per-sample mean of unpacked training.
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import torch
@@ -25,10 +26,11 @@ def packed_cross_entropy(
     labels: torch.Tensor,
     *,
     reduction: Reduction = "token_mean",
-    cu_seqlens: torch.Tensor | None = None,
+    cu_seqlens_padded: torch.Tensor | None = None,
     num_items: int | torch.Tensor | None = None,
     labels_shifted: bool = False,
     ignore_index: int = IGNORE_INDEX,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Cross-entropy over packed rows (logits upcast to float32).
 
@@ -40,11 +42,13 @@ def packed_cross_entropy(
         reduction: ``token_mean`` — sum over target tokens / ``num_items`` (default: the local count);
             ``sequence_mean`` — mean over each document's targets, then sum / ``num_items`` (default: the
             number of documents with a target); ``sum``.
-        cu_seqlens: ``(N+1,)`` document boundaries over the flattened ``B·T`` tokens (required for
-            ``sequence_mean``; the collator's ``cu_seq_lens_q``).
+        cu_seqlens_padded: ``(M+1,)`` *physical* segment boundaries over the flattened ``B·T`` tokens,
+            padding included (required for ``sequence_mean``; the batch's ``cu_seq_lens_q``).
         num_items: global normaliser (tokens or documents, see ``reduction``).
         labels_shifted: see ``labels``.
         ignore_index: label value that carries no loss.
+        cu_seqlens: the old name of ``cu_seqlens_padded`` (deprecated: in a batch ``cu_seqlens`` holds the *real*
+            lengths, which are not positions in the row once there is padding).
 
     Returns:
         A scalar tensor (float32).
@@ -52,7 +56,7 @@ def packed_cross_entropy(
     Without any target (all labels -100) the loss is 0, not NaN.
 
     Raises:
-        ValueError: shapes that disagree, an unknown reduction, ``sequence_mean`` without ``cu_seqlens``, a
+        ValueError: shapes that disagree, an unknown reduction, ``sequence_mean`` without ``cu_seqlens_padded``, a
             label that is neither ``ignore_index`` nor a class, or ``num_items <= 0``.
 
     Example:
@@ -60,12 +64,24 @@ def packed_cross_entropy(
         >>> labels = torch.tensor([-100, 1, 2, -100, 0])   # two documents: [0, 3) and [3, 5)
         >>> round(float(packed_cross_entropy(logits, labels)), 4), round(float(torch.log(torch.tensor(3.0))), 4)
         (1.0986, 1.0986)
-        >>> cu = torch.tensor([0, 3, 5])
         >>> float(packed_cross_entropy(logits, labels, reduction="sum")) == 3 * float(torch.log(torch.tensor(3.0)))
         True
+        >>> cu = torch.tensor([0, 3, 5])
+        >>> round(float(packed_cross_entropy(logits, labels, reduction="sequence_mean", cu_seqlens_padded=cu)), 4)
+        1.0986
     """
     if reduction not in ("token_mean", "sequence_mean", "sum"):
         raise ValueError(f"unknown reduction {reduction!r}; use token_mean, sequence_mean or sum")
+    if cu_seqlens is not None:
+        if cu_seqlens_padded is not None:
+            raise ValueError("pass cu_seqlens_padded only (cu_seqlens is its deprecated name), not both")
+        warnings.warn(
+            "packed_cross_entropy(cu_seqlens=...) is deprecated: pass cu_seqlens_padded= (the physical boundaries, "
+            "the batch's cu_seq_lens_q)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        cu_seqlens_padded = cu_seqlens
     if logits.dim() == 2:
         logits, labels = logits[None], labels[None]
     if logits.dim() != 3 or labels.shape != logits.shape[:2]:
@@ -95,11 +111,14 @@ def packed_cross_entropy(
     if reduction == "token_mean":  # no target at all: a zero loss that still has a graph, not NaN
         denom = valid.sum().clamp(min=1) if num_items is None else num_items
         return token_loss.sum() / denom
-    if cu_seqlens is None:
-        raise ValueError("reduction='sequence_mean' needs cu_seqlens (document boundaries over the B*T tokens)")
-    cu = torch.as_tensor(cu_seqlens).to(device=labels.device, dtype=torch.int64)
+    if cu_seqlens_padded is None:
+        raise ValueError(
+            "reduction='sequence_mean' needs cu_seqlens_padded (physical segment boundaries over the B*T tokens: "
+            "the batch's cu_seq_lens_q)"
+        )
+    cu = torch.as_tensor(cu_seqlens_padded).to(device=labels.device, dtype=torch.int64)
     if cu.dim() != 1 or cu.shape[0] < 2 or int(cu[0]) != 0 or int(cu[-1]) != b * t or bool((cu.diff() < 0).any()):
-        raise ValueError(f"cu_seqlens must be (N+1,) non-decreasing from 0 to {b * t} tokens, got {cu.tolist()}")
+        raise ValueError(f"cu_seqlens_padded must be (M+1,) non-decreasing from 0 to {b * t} tokens, got {cu.tolist()}")
     doc = torch.searchsorted(cu, positions.reshape(-1), right=True) - 1
     n_docs = cu.shape[0] - 1
     sums = torch.zeros(n_docs, device=token_loss.device).index_add_(0, doc, token_loss)
@@ -176,8 +195,8 @@ class PackedLoss:
                     "0/1 value per label"
                 )
             labels = labels.masked_fill(mask.reshape(labels.shape) == 0, IGNORE_INDEX)
-        cu = batch.get("cu_seq_lens_q") if self.reduction == "sequence_mean" else None
+        cu_padded = batch.get("cu_seq_lens_q") if self.reduction == "sequence_mean" else None
         return packed_cross_entropy(
-            logits, labels, reduction=self.reduction, cu_seqlens=cu, num_items=num_items,
+            logits, labels, reduction=self.reduction, cu_seqlens_padded=cu_padded, num_items=num_items,
             labels_shifted=bool(batch.get("labels_shifted", self.labels == "shifted")),
         )  # fmt: skip

@@ -83,7 +83,7 @@ def test_loss_token_mean_and_sequence_mean_equal_unpacked(model, docs):
     unpacked_tokens = sum(packed_cross_entropy(lg, d[None], reduction="sum") for lg, d in zip(alone, docs)) / total
     assert torch.allclose(packed_cross_entropy(packed, labels, num_items=total), unpacked_tokens, atol=1e-6)
     per_sample = torch.stack([packed_cross_entropy(lg, d[None]) for lg, d in zip(alone, docs)]).mean()
-    seq = packed_cross_entropy(packed, labels, reduction="sequence_mean", cu_seqlens=batch["cu_seq_lens_q"])
+    seq = packed_cross_entropy(packed, labels, reduction="sequence_mean", cu_seqlens_padded=batch["cu_seq_lens_q"])
     assert torch.allclose(seq, per_sample, atol=1e-6)
     # HF's own loss with the global count is the same token mean
     hf = model(**batch, num_items_in_batch=torch.tensor(total)).loss

@@ -32,9 +32,20 @@ def test_sequence_mean_averages_documents():
     ) / 4
     assert packed_cross_entropy(logits, labels).item() == pytest.approx(expected_tok, rel=1e-5)
     doc0 = (LOG3 + float(torch.nn.functional.cross_entropy(logits[1:2], torch.tensor([0])))) / 2
-    assert packed_cross_entropy(logits, labels, reduction="sequence_mean", cu_seqlens=cu).item() == pytest.approx(
-        (doc0 + LOG3) / 2, rel=1e-5
-    )
+    expected = pytest.approx((doc0 + LOG3) / 2, rel=1e-5)
+    assert packed_cross_entropy(logits, labels, reduction="sequence_mean", cu_seqlens_padded=cu).item() == expected
+
+
+def test_old_cu_seqlens_keyword_still_works_and_warns():
+    """``cu_seqlens=`` was the keyword's name before it became ``cu_seqlens_padded`` (the physical boundaries):
+    it still gives the same loss, with a DeprecationWarning; both together are refused."""
+    logits, labels, cu = torch.zeros(6, 3), torch.tensor([X, 1, 0, X, 2, 2]), torch.tensor([0, 3, 6])
+    new = packed_cross_entropy(logits, labels, reduction="sequence_mean", cu_seqlens_padded=cu)
+    with pytest.warns(DeprecationWarning, match="cu_seqlens_padded"):
+        old = packed_cross_entropy(logits, labels, reduction="sequence_mean", cu_seqlens=cu)
+    assert torch.equal(old, new)
+    with pytest.raises(ValueError, match="not both"):
+        packed_cross_entropy(logits, labels, reduction="sequence_mean", cu_seqlens=cu, cu_seqlens_padded=cu)
 
 
 def test_shifted_labels():

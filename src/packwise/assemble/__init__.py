@@ -1,7 +1,8 @@
 """Assembly: execute a plan into torch tensors — THD packs, batches, context-parallel shards, Megatron
 params. Planning decided; nothing here decides membership."""
 
-from ._collate import EMIT, NON_TOKEN_KEYS, Layout, collate_packs
+from ._batch import BATCH_KEYS, NON_TOKEN_KEYS, PackedBatch
+from ._collate import EMIT, Layout, collate_packs
 from ._collator import PackCollator
 from ._cp import cp_indices, shard_for_context_parallel, unshard_context_parallel
 from ._flatten import flatten_padded_batch
@@ -11,11 +12,13 @@ from ._megatron import to_packed_seq_params
 from ._pack import PackedSequence, assemble_pack
 
 __all__ = [
+    "BATCH_KEYS",
     "EMIT",
     "NON_TOKEN_KEYS",
     "Labels",
     "Layout",
     "PackCollator",
+    "PackedBatch",
     "PackedSequence",
     "assemble_batch",
     "assemble_pack",

@@ -19,40 +19,13 @@ import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
+from ._batch import PackedBatch
 from ._labels import Labels, check_labels, shift_labels, unshift_labels
 from ._pack import PackedSequence
 
 Layout = Literal["thd", "padded"]
 #: Optional per-token fields ``collate_packs(emit=...)`` can leave out (``PackingConfig.emit``).
 EMIT = ("position_ids", "padding_mask", "seq_idx")
-#: Batch keys that are not per-token tensors.
-NON_TOKEN_KEYS = frozenset(
-    {
-        "cu_seqlens",
-        "cu_seqlens_padded",
-        "cu_seq_lens_q",
-        "cu_seq_lens_k",
-        "cu_pack_tokens",
-        "num_sequences",
-        "max_seqlen",
-        "max_seqlen_padded",
-        "max_length_q",
-        "max_length_k",
-        "total_tokens",
-        "metadata",
-        "layout",
-        "pixel_values",
-        "image_grid_thw",
-        "pixel_values_videos",
-        "video_grid_thw",
-        "second_per_grid_ts",
-        "input_features",
-        "feature_attention_mask",
-        "cp_size",
-        "cp_rank",
-        "labels_shifted",
-    }
-)
 
 
 def _column_specs(packs: Sequence[PackedSequence]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -94,7 +67,7 @@ def collate_packs(
     emit: Collection[str] = EMIT,
     mrope: bool | None = None,
     max_seqlen: Literal["int", "tensor"] = "int",
-) -> dict:
+) -> PackedBatch:
     """Batch packs for training.
 
     Args:
@@ -119,8 +92,9 @@ def collate_packs(
             ``get_batch_on_this_tp_rank``); ``PackingConfig.consumer.max_seqlen``.
 
     Returns:
-        A dict. Tensors: ``input_ids``, ``labels``, ``seq_idx`` (int32), ``padding_mask`` (bool) and extra
-        columns as ``[1, T]`` (thd) or ``[P, S]`` (padded) (``[..., *trailing]`` for multi-dim columns);
+        A :class:`~packwise.assemble.PackedBatch` (a dict; its keys are ``packwise.assemble.BATCH_KEYS``).
+        Tensors: ``input_ids``, ``labels``, ``seq_idx`` (int32), ``padding_mask`` (bool) and extra columns
+        as ``[1, T]`` (thd) or ``[P, S]`` (padded) (``[..., *trailing]`` for multi-dim columns);
         ``position_ids`` ``[1, T]`` / ``[P, S]`` or MRoPE ``[3, 1, T]`` / ``[3, P, S]`` (text-only packs get
         three identical rows when any pack is MRoPE); ``cu_seqlens`` / ``cu_seqlens_padded`` (int32; thd:
         ``(M+1,)`` over all M segments; padded: ``[P, maxM+1]`` per row, repeated last value);

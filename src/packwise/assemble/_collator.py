@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
+from ._batch import MEDIA_KEYS, PackedBatch
 from ._collate import EMIT, Layout, collate_packs
-from ._columns import MEDIA_KEYS
 from ._labels import Labels
 from ._pack import PackedSequence
 
@@ -53,7 +53,7 @@ class PackCollator:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"PackCollator({opts}, multi_token_prediction={self.multi_token_prediction})"
 
-    def __call__(self, packs: Sequence[PackedSequence]) -> dict:
+    def __call__(self, packs: Sequence[PackedSequence]) -> PackedBatch:
         if self.multi_token_prediction:
             for i, p in enumerate(packs):
                 media = sorted(k for k in MEDIA_KEYS if k in p.media)

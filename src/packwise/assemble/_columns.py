@@ -9,22 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-#: Per-sample tensors that are not per token (images, videos, audio clips): concatenated in sequence order, not
-#: padded. Audio: ``input_features (clips, mel, frames)`` and ``feature_attention_mask (clips, frames)``.
-MEDIA_KEYS = (
-    "pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "input_features",
-    "feature_attention_mask",
-)  # fmt: skip
+from ._batch import MEDIA_KEYS, PRODUCED
+
 #: TRL's loss masks (prompt-completion ``completion_mask``, ``assistant_only_loss`` ``assistant_masks``): read as
 #: ``loss_mask`` (1 = the token is a target), as the offline pipeline does (``packwise.pipeline._tokens.TRL_MASKS``;
 #: kept apart so assemble does not import the pipeline layer).
 TRL_MASKS = ("completion_mask", "assistant_masks")
 RESERVED = ("input_ids", "labels", "loss_mask", "position_ids", *TRL_MASKS, *MEDIA_KEYS)
-#: Names the assembler and collator produce: a per-token column may not take them.
-PRODUCED = (
-    "cu_seqlens", "cu_seqlens_padded", "max_seqlen", "seq_idx", "padding_mask", "total_tokens", "cu_seq_lens_q",
-    "cu_seq_lens_k", "max_length_q", "max_length_k", "num_sequences", "cu_pack_tokens", "layout", "metadata",
-)  # fmt: skip
 
 
 def as_tensor(value, name: str, index: int) -> torch.Tensor:
@@ -74,6 +65,7 @@ class _Columns:
     metadata: dict[str, list]
     device: torch.device
     media: dict[str, torch.Tensor] = field(default_factory=dict)
+    labels_flat: torch.Tensor | None = None  # every row's labels, concatenated (flat input: no concatenation)
 
 
 def _names(seq: Mapping) -> list[str]:
@@ -159,7 +151,7 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             )
         if lab is not None and lab.shape[0] != length:
             raise ValueError(f"sequence {i}: column 'labels' has {lab.shape[0]} tokens but input_ids has {length}")
-        mask = seq.get("loss_mask")  # with labels: a Megatron row (labels = text[1:]); see assemble._pack._labels
+        mask = seq.get("loss_mask")  # with labels: a Megatron row (labels = text[1:]); see assemble._labels.row_labels
         trl = [k for k in TRL_MASKS if seq.get(k) is not None]
         if trl:
             if mask is not None or lab is not None:
@@ -238,6 +230,34 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
             ids_cat = ids_cat.to(device=device, dtype=torch.int64)
     media_cat = {k: torch.cat([t.to(device) for t in v]) for k, v in media.items()}
     return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat)
+
+
+def flat_columns(columns: Mapping[str, torch.Tensor], lengths: list[int], metadata: dict[str, list]) -> _Columns:
+    """:class:`_Columns` of ``N`` sequences given flat: every column ``(T, ...)`` with ``T = sum(lengths)``,
+    ``input_ids`` and ``labels`` (HF) plus other per-token columns; no ``loss_mask``, positions or media (the
+    rows of ``packwise pack`` output). The per-row label views share the flat tensor's memory."""
+    other = sorted(set(columns) & set(RESERVED) - {"input_ids", "labels"})
+    if other:
+        raise ValueError(f"flat columns carry {other[0]!r}; pass the sequences to assemble_pack instead")
+    ids, labels = columns.get("input_ids"), columns.get("labels")
+    ref = ids if ids is not None else labels
+    if ref is None:
+        raise ValueError("flat columns need input_ids (or labels when a stage carries no tokens)")
+    total = sum(lengths)
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"flat columns need N >= 1 sequences of >= 1 token, got lengths {list(lengths)}")
+    names = _names(columns)
+    for name in ("input_ids", "labels", *names):
+        col = columns.get(name)
+        if col is not None and (col.dim() == 0 or col.shape[0] != total):
+            raise ValueError(f"column {name!r} has shape {tuple(col.shape)} but the sequences hold {total} tokens")
+    if ids is not None and ids.dtype != torch.int64:
+        ids = ids.to(torch.int64)
+    n = len(lengths)
+    return _Columns(
+        list(lengths), ids, list(torch.split(labels, list(lengths))) if labels is not None else [None] * n,
+        [None] * n, [None] * n, {k: columns[k] for k in names}, metadata, ref.device, labels_flat=labels,
+    )  # fmt: skip
 
 
 def validate_values(

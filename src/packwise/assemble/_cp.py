@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._collate import NON_TOKEN_KEYS
+from ._batch import NON_TOKEN_KEYS, PackedBatch
 from ._labels import shift_labels
 
 
@@ -81,7 +81,7 @@ def _token_axis(name: str, t: torch.Tensor) -> int:
     return t.dim() - 1 if name == "position_ids" else 1
 
 
-def shard_for_context_parallel(batch: dict, *, cp_size: int, cp_rank: int) -> dict:
+def shard_for_context_parallel(batch: PackedBatch, *, cp_size: int, cp_rank: int) -> PackedBatch:
     """This rank's share of a ``layout="thd"`` batch: every per-token tensor is zigzag-split.
 
     Boundary tensors (``cu_seqlens*``, ``max_*``) stay global, as Transformer Engine expects; ``cp_size``
@@ -139,7 +139,7 @@ def _shifted(batch: dict, total: int) -> dict:
     return out
 
 
-def unshard_context_parallel(shards: Sequence[dict]) -> dict:
+def unshard_context_parallel(shards: Sequence[PackedBatch]) -> PackedBatch:
     """Inverse of :func:`shard_for_context_parallel`: the shards of ranks ``0 .. cp-1`` -> the full batch.
 
     Raises:

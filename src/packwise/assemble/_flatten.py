@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..constants import IGNORE_INDEX
+from ..plan._flat import mask_boundaries
 from ._labels import Labels, check_labels
 from ._pack import PackedSequence, assemble_pack
 
@@ -107,7 +107,7 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
     if "labels" in tensors:  # shifted: exactly as given; hf: the first label of every row carries no target
         given = torch.cat([tensors["labels"][row, : int(lengths[row])] for row in rows]).long()
         if not shifted:
-            given[pack.cu_seqlens[:-1].long().to(given.device)] = IGNORE_INDEX
+            mask_boundaries(given, pack.cu_seqlens[:-1].numpy(force=True))
         changes["labels"] = given
     if "loss_mask" in tensors:
         mask = torch.cat([tensors["loss_mask"][row, : int(lengths[row])] for row in rows])

@@ -74,7 +74,7 @@ def assemble_batch(
     """
     out = None
     # the fast path covers HF rows in the HF convention; Megatron rows (labels + loss_mask) and the shifted output
-    # convention take the two-step path, which converts them losslessly or refuses (assemble._pack._labels)
+    # convention take the two-step path, which converts them losslessly or refuses (assemble._labels.row_labels)
     if layout == "thd" and not labels_shifted:
         try:
             out = _fast_thd(

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
-from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, validate_values  # noqa: F401  (re-exported)
+from ..plan._flat import segment_layout  # the numpy seam every executor of a plan builds on
+from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
+from ._labels import row_labels
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +66,62 @@ class PackedSequence:
     media: dict[str, torch.Tensor] = field(default_factory=dict)
     labels_shifted: bool = False
     _segments: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_flat(
+        cls,
+        columns: Mapping[str, np.ndarray | torch.Tensor],
+        cu_seqlens,
+        *,
+        metadata: Mapping[str, list] | None = None,
+        pad_to: int | None = None,
+        alignment: int = 1,
+        pad_token_id: int = 0,
+        position_offset: int = 0,
+        vocab_size: int | None = None,
+    ) -> PackedSequence:
+        """One pack from flat per-token columns and real boundaries — the numpy seam a packed row already is
+        (a row of ``packwise pack`` output), without cutting it into sequences first. Identical to
+        :func:`assemble_pack` on the sequences ``columns[k][cu_seqlens[i]:cu_seqlens[i+1]]``.
+
+        Args:
+            columns: ``input_ids (T,)``, HF ``labels (T,)`` (unshifted; -100 = no loss), other per-token
+                columns ``(T, ...)``; numpy arrays or tensors. No ``loss_mask``, ``position_ids`` or media
+                (give those rows to :func:`assemble_pack`).
+            cu_seqlens: ``(N+1,)`` cumulative real lengths, from 0 to T, every sequence >= 1 token.
+            metadata: per-sequence values (lists of length N), e.g. ``{"source_index": [...]}``.
+            pad_to, alignment, pad_token_id, position_offset, vocab_size: as :func:`assemble_pack`.
+
+        Raises:
+            ValueError: boundaries that are not ``0 = cu[0] < cu[1] < ... = T``, a column of another length, a
+                ``loss_mask``/``position_ids``/media column, metadata without one value per sequence, and what
+                :func:`assemble_pack` raises.
+
+        Example:
+            >>> p = PackedSequence.from_flat({"input_ids": np.array([1, 2, 3, 4, 5])}, [0, 3, 5], alignment=4)
+            >>> p.labels.tolist(), p.cu_seqlens_padded.tolist(), p.position_ids.tolist()
+            ([-100, 2, 3, -100, -100, 5, -100, -100], [0, 4, 8], [0, 1, 2, 3, 0, 1, 2, 3])
+        """
+        if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+            raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+        cu = np.asarray(cu_seqlens, dtype=np.int64).reshape(-1)
+        tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}
+        ref = tensors.get("input_ids", tensors.get("labels"))
+        total = ref.shape[0] if ref is not None else None
+        if cu.shape[0] < 2 or cu[0] != 0 or cu[-1] != total or (np.diff(cu) < 1).any():
+            raise ValueError(
+                f"cu_seqlens {cu.tolist()} must rise from 0 to the {total} tokens of the columns, every sequence "
+                ">= 1 token"
+            )
+        meta = {k: list(v) for k, v in (metadata or {}).items()}
+        bad = next((k for k, v in meta.items() if len(v) != cu.shape[0] - 1), None)
+        if bad is not None:
+            raise ValueError(f"metadata {bad!r} has {len(meta[bad])} values for {cu.shape[0] - 1} sequences")
+        cols = flat_columns(tensors, np.diff(cu).tolist(), meta)
+        return _execute(
+            cols, pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=IGNORE_INDEX,
+            pad_values=None, labels_shifted=False, position_offset=position_offset, vocab_size=vocab_size,
+        )  # fmt: skip
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
         """``(real, physical)`` int64 lengths of every segment, the tail (real 0) included."""
@@ -181,32 +238,21 @@ def assemble_pack(
         raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
-    cols = _collect(sequences)
-    lengths = np.asarray(cols.lengths, dtype=np.int64)
-    n = lengths.shape[0]
-    real_total = sum(cols.lengths)
-    if alignment == 1:
-        padded, aligned_total = lengths, real_total
-    else:
-        padded = (lengths + alignment - 1) // alignment * alignment
-        aligned_total = int(padded.sum())
-    total = aligned_total if pad_to is None else int(pad_to)
-    if total < aligned_total:
-        detail = f" ({real_total} real + {aligned_total - real_total} alignment)" if alignment > 1 else ""
-        raise ValueError(f"pack holds {aligned_total} tokens{detail} > pad_to={pad_to}; plan with a capacity <= pad_to")
-    tail = total - aligned_total
-    cu = np.fromiter(accumulate(cols.lengths, initial=0), dtype=np.int32, count=n + 1)  # cheaper than np.cumsum at N≈4
-    cu_padded = cu if padded is lengths else np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
-    seg_len = np.append(padded, tail) if tail else padded
-    seg_real = np.append(lengths, 0) if tail else lengths
-    seq_idx = np.repeat(np.arange(seg_len.shape[0], dtype=np.int32), seg_len)
-    pos_in_seg = _aranges(seg_len.tolist())
-    if total == real_total:
-        padding_mask = np.zeros(total, dtype=bool)
-        dst = None
-    else:
-        padding_mask = pos_in_seg >= np.repeat(seg_real, seg_len)
-        dst = torch.from_numpy(np.flatnonzero(~padding_mask)).to(cols.device)
+    return _execute(
+        _collect(sequences), pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
+        pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset, vocab_size=vocab_size,
+    )  # fmt: skip
+
+
+def _execute(
+    cols: _Columns, *, pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset,
+    vocab_size,
+) -> PackedSequence:  # fmt: skip
+    """The one executor of a pack: the gathered sequences (``_Columns``: flat per-token columns + lengths) laid
+    out by :func:`~packwise.plan._flat.segment_layout`, labels by the boundary-label rule."""
+    lay = segment_layout(cols.lengths, alignment=alignment, pad_to=pad_to)
+    lengths, n, total = lay.seg_real[: len(cols.lengths)], len(cols.lengths), lay.total
+    dst = None if lay.dst is None else torch.from_numpy(lay.dst).to(cols.device)
     device = cols.device
 
     def place(values: torch.Tensor, fill) -> torch.Tensor:
@@ -216,164 +262,32 @@ def assemble_pack(
         out[dst] = values
         return out
 
-    starts = cu[:-1].astype(np.int64)
-    labels = _labels(cols, starts, lengths, labels_shifted, label_pad_id)
+    starts = lay.cu_seqlens[:-1].astype(np.int64)
+    labels = row_labels(cols, starts, lengths, labels_shifted, label_pad_id)
     validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id, labels=labels)
-    positions = _positions(cols, pos_in_seg, seq_idx, seg_real, dst, position_offset, n, device)
+    positions = _positions(cols, lay.pos_in_seg, lay.seq_idx, lay.seg_real, dst, position_offset, n, device)
     pad_values = dict(pad_values or {})
     return PackedSequence(
         input_ids=place(cols.ids, pad_token_id) if cols.ids is not None else None,
         labels=place(labels, label_pad_id),
         position_ids=positions,
-        cu_seqlens=_t(cu, device),
-        cu_seqlens_padded=_t(cu_padded, device),
+        cu_seqlens=_t(lay.cu_seqlens, device),
+        cu_seqlens_padded=_t(lay.cu_seqlens_padded, device),
         max_seqlen=max(cols.lengths),
-        seq_idx=_t(seq_idx, device),
-        padding_mask=_t(padding_mask, device),
+        seq_idx=_t(lay.seq_idx, device),
+        padding_mask=_t(lay.padding_mask, device),
         total_tokens=total,
         columns={k: place(v, pad_values.get(k, 0)) for k, v in cols.extra.items()},
         metadata=cols.metadata,
         media=cols.media,
         labels_shifted=bool(labels_shifted),
-        _segments=(seg_real, seg_len),
+        _segments=(lay.seg_real, lay.seg_len),
     )
-
-
-_ARANGE = np.arange(1 << 16, dtype=np.int64)
-
-
-def _aranges(lengths: list[int]) -> np.ndarray:
-    """``concat(arange(n) for n in lengths)`` from slices of one cached arange (cheaper than repeat)."""
-    global _ARANGE
-    longest = max(lengths)
-    if longest > _ARANGE.shape[0]:
-        _ARANGE = np.arange(1 << longest.bit_length(), dtype=np.int64)
-    return np.concatenate([_ARANGE[:n] for n in lengths]) if len(lengths) > 1 else _ARANGE[: lengths[0]].copy()
 
 
 def _t(a: np.ndarray, device: torch.device) -> torch.Tensor:
     t = torch.from_numpy(a)
     return t if device.type == "cpu" else t.to(device)
-
-
-def _labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted: bool, pad: int) -> torch.Tensor:
-    """Labels in the pack's convention (``shifted``) from what each row declares it carries:
-
-    - ``labels`` alone: HF labels, unshifted (``labels[t]`` is token ``t``, scored from the logits at ``t-1``);
-    - ``labels`` + ``loss_mask``: a Megatron row (GPTDataset/SFT: ``labels = text[1:]``, ``loss_mask`` aligned
-      with them, ``labels[t]`` is the target of position ``t``; the last one is a real target);
-    - ``loss_mask`` alone: a per-token mask on the token that is predicted (HF/TRL ``completion_mask``);
-    - neither: every next token is a target.
-
-    Converting is lossless or refused: a Megatron row's last target has no slot in HF labels. Rows whose
-    labels look like the other convention are refused naming the field and the fix."""
-    ids = cols.ids
-    n_rows = len(lengths)
-    megatron = [lab is not None and mask is not None for lab, mask in zip(cols.labels, cols.masks)]
-    if all(lab is not None for lab in cols.labels) and not any(megatron):
-        hf = torch.cat(cols.labels)
-        if hf.dtype != torch.int64 or hf.device != cols.device:
-            hf = hf.to(device=cols.device, dtype=torch.int64, copy=True)
-        elif len(cols.labels) == 1:
-            hf = hf.clone()
-    else:
-        if ids is None and not all(lab is not None for lab in cols.labels):
-            raise ValueError("sequences without input_ids need labels")
-        hf = ids.clone() if ids is not None else torch.empty(int(lengths.sum()), dtype=torch.int64, device=cols.device)
-        offset = 0
-        for lab, mask, n in zip(cols.labels, cols.masks, cols.lengths):
-            if lab is None and mask is None:
-                offset += n
-                continue
-            part = hf[offset : offset + n]
-            if lab is not None and mask is not None:
-                part.fill_(pad)  # filled below from the Megatron labels
-            elif lab is not None:
-                part.copy_(lab.to(part.device, torch.int64))
-            elif mask is not None:
-                part.masked_fill_(~mask.to(device=part.device, dtype=torch.bool), pad)
-            offset += n
-    if ids is not None and any(lab is not None and not m for lab, m in zip(cols.labels, megatron)):
-        _check_hf_rows(hf, ids, cols, starts, lengths, megatron, pad)
-    last_targets = {}
-    for i in (i for i in range(n_rows) if megatron[i]):
-        start, n = int(starts[i]), int(lengths[i])
-        lab = cols.labels[i].to(device=hf.device, dtype=torch.int64)
-        lab = lab.masked_fill(~cols.masks[i].to(device=hf.device, dtype=torch.bool), pad)
-        if ids is not None:
-            _check_megatron_row(i, lab, ids[start : start + n], pad)
-        hf[start + 1 : start + n] = lab[:-1]  # unshift within the row: lossless up to the last target
-        if int(lab[-1]) != pad:
-            if not shifted:
-                raise ValueError(
-                    f"sequence {i}: its last label ({int(lab[-1])}, loss_mask 1) is a real Megatron target (the "
-                    "token after the last input id); HF labels have no slot for it and it would be lost. Keep "
-                    "Megatron labels (PackingConfig labels='shifted', assemble_pack(labels_shifted=True)) or "
-                    "append that token to input_ids"
-                )
-            last_targets[start + n - 1] = int(lab[-1])
-    ends = starts + lengths - 1
-    if shifted:  # out[t] = hf[t+1] within each row; the last token of a row predicts nothing (or its own target)
-        out = torch.empty_like(hf)
-        if hf.device.type == "cpu":
-            o = out.numpy()
-            o[:-1] = hf.numpy()[1:]
-            o[ends] = pad
-        else:
-            out[:-1] = hf[1:]
-            out[_t(ends, out.device)] = pad
-        for pos, value in last_targets.items():
-            out[pos] = value
-        return out
-    if hf.device.type == "cpu":
-        hf.numpy()[starts] = pad  # no target crosses a sequence boundary
-    else:
-        hf[_t(starts, hf.device)] = pad
-    return hf
-
-
-def _check_hf_rows(hf, ids, cols, starts, lengths, megatron, pad) -> None:
-    """Refuse ``labels``-only rows that look Megatron-shifted (``labels[t] == input_ids[t+1]``)."""
-    if hf.device.type == "cpu":  # numpy: a few microseconds on the assemble hot path
-        h, t = hf.numpy(), ids.numpy()
-        m = (h != pad) & (h != t)
-        if not m.any():
-            return
-        mismatch = torch.from_numpy(m)
-    else:
-        mismatch = (hf != pad) & (hf != ids)
-    if not bool(mismatch.any()):
-        return  # every HF target is its own token: the common case, one vectorised test
-    for i, lab in enumerate(cols.labels):
-        if lab is None or megatron[i]:
-            continue
-        start, n = int(starts[i]), int(lengths[i])
-        row, tok = hf[start : start + n], ids[start : start + n]
-        if n < 2 or not bool(mismatch[start : start + n].any()):
-            continue
-        tgt = row[:-1] != pad
-        if bool(tgt.any()) and bool((row[:-1] == tok[1:])[tgt].all()):
-            raise ValueError(
-                f"sequence {i}: labels look Megatron-shifted (labels[t] == input_ids[t+1] at every target), but "
-                "labels without loss_mask are read as HF labels (unshifted, labels[t] == input_ids[t]). A Megatron "
-                "row (labels = text[1:]) declares itself with its loss_mask: add loss_mask (1 on every target); "
-                "an HF row gives labels = input_ids with -100 where no loss"
-            )
-
-
-def _check_megatron_row(i: int, lab: torch.Tensor, tok: torch.Tensor, pad: int) -> None:
-    """Refuse ``labels`` + ``loss_mask`` rows whose labels are HF labels (``labels[t] == input_ids[t]``)."""
-    tgt = lab != pad
-    if tok.shape[0] < 2 or int(tgt.sum()) < 2 or not bool((lab == tok)[tgt].all()):
-        return
-    nxt = tgt[:-1]
-    if bool(nxt.any()) and bool((lab[:-1] == tok[1:])[nxt].all()):
-        return  # a constant run: both readings give the same targets
-    raise ValueError(
-        f"sequence {i}: carries labels and loss_mask, which declares a Megatron row (labels = text[1:], "
-        "loss_mask aligned with labels), but labels[t] == input_ids[t] at every target, as HF labels are. "
-        "For HF rows drop loss_mask (put -100 in labels where it is 0); for Megatron rows give labels = text[1:]"
-    )
 
 
 def _positions(cols, pos_in_seg, seq_idx, seg_real, dst, offset, n, device) -> torch.Tensor:

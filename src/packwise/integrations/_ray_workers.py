@@ -21,6 +21,7 @@ from ..pipeline._samples import Samples, tokenize_rows
 from ..pipeline._table import PackedColumns
 from ..pipeline._tokens import tokens_from_rows
 from ..plan import PackPlan
+from ..plan._flat import mask_boundaries
 from ._ray_io import _read_piece
 
 MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with images (absent from pieces without)
@@ -93,7 +94,7 @@ def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
         return stats, None, None
     stats["skipped"] = len(skipped)
     stats["errors"] = sorted((_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped))[:5]
-    samples.labels[samples.offsets[:-1]] = IGNORE_INDEX  # as pack_columns: a first label is never a target
+    mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)  # as pack_columns: never a first target
     stats["tokens"], stats["loss"] = samples.num_tokens, int((samples.labels != IGNORE_INDEX).sum())
     stats["pads"] = samples.pad_tokens_removed  # attention_mask padding stripped on read (pipeline/_tokens.py)
     try:

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from ..assemble import PackedSequence, assemble_pack
+from ..assemble._columns import RESERVED  # the input names assemble_pack reads itself (one definition)
 from ..io._write import check_checksum, packed_files, read_metadata, sha256_file
 from ..plan._distribute import Cost, assign_to_ranks, pack_costs
 
@@ -136,16 +137,23 @@ class PackedParquetDataset(Dataset):
                 f"{self.path} pack {index}: seq_lengths sum to {int(lengths.sum())} but the pack holds {n_ids} tokens "
                 f"and {n_labels} labels; the data was modified — re-run packwise pack"
             )
-        cuts = np.cumsum(lengths)[:-1]
-        columns = {
-            name: np.split(np.array(row.column(name)[0].values.to_numpy(zero_copy_only=False)), cuts)
+        flat = {
+            name: np.array(row.column(name)[0].values.to_numpy(zero_copy_only=False))
             for name in row.column_names
             if name not in ("seq_lengths", "source_index", *IMAGE_COLUMNS, *AUDIO_COLUMNS, *VIDEO_COLUMNS)
         }
+        flat = {name: v.astype(np.int64) if name in BASE_COLUMNS else v for name, v in flat.items()}
         sources = row.column("source_index")[0].values.to_numpy().tolist()
-        sequences = [
-            {name: torch.from_numpy(parts[i].astype(np.int64) if name in BASE_COLUMNS else parts[i])
-             for name, parts in columns.items()} | {"source_index": sources[i]}
+        options = {"alignment": self.alignment, "pad_to": self.pad_to, "pad_token_id": self.pad_token_id}
+        if not {"image_paths", "video_paths", "audio_paths"} & set(row.column_names) and _flat_ok(flat):
+            # the row is already the seam (flat columns + boundaries): one pack, no split and join
+            cu = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+            np.cumsum(lengths, out=cu[1:])
+            return PackedSequence.from_flat(flat, cu, metadata={"source_index": sources}, **options)
+        cuts = np.cumsum(lengths)[:-1]
+        columns = {name: np.split(v, cuts) for name, v in flat.items()}
+        sequences = [  # media: each sequence gets its own pixels and MRoPE positions
+            {name: torch.from_numpy(parts[i]) for name, parts in columns.items()} | {"source_index": sources[i]}
             for i in range(len(lengths))
         ]  # fmt: skip
         if "image_paths" in row.column_names:
@@ -158,7 +166,7 @@ class PackedParquetDataset(Dataset):
             from ._torch_media import add_audio
 
             add_audio(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
-        return assemble_pack(sequences, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id)
+        return assemble_pack(sequences, **options)
 
     def _add_images(self, row, index: int, sequences: list[dict]) -> None:
         """Re-materialise ``pixel_values`` from the recorded image paths and give every sequence its MRoPE
@@ -209,6 +217,16 @@ class PackedParquetDataset(Dataset):
                     f"{self.path} pack {index}: image {path} changed since packing (SHA-256 {got[:16]}..., recorded "
                     f"{want[:16]}...); restore the original file or re-run packwise pack"
                 )
+
+
+#: Columns ``assemble_pack`` reads as loss masks, positions or media: a row with one takes the per-sequence path.
+_NOT_FLAT = frozenset(RESERVED) - {"input_ids", "labels"}
+
+
+def _flat_ok(flat: dict[str, np.ndarray]) -> bool:
+    """Whether a row's columns are what :meth:`PackedSequence.from_flat` takes: numeric ``(T,)`` columns, none
+    in :data:`_NOT_FLAT`."""
+    return all(v.ndim == 1 and v.dtype.kind in "biuf" for v in flat.values()) and not _NOT_FLAT & set(flat)
 
 
 class DistributedPackSampler(Sampler[int]):

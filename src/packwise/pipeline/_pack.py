@@ -10,6 +10,7 @@ from .. import __version__
 from ..constants import IGNORE_INDEX
 from ..io._read import SKIP_HINT, Format, RawInput, from_rows, read_input
 from ..plan import plan_packs
+from ..plan._flat import mask_boundaries
 from ._overflow import Overflow, apply_overflow
 from ._report import PackReport
 from ._samples import tokenize_rows
@@ -90,7 +91,7 @@ def pack_columns(
         raise ValueError(f"{raw.name}: no usable rows ({len(skipped)} skipped); nothing to pack")
     # HF shifts labels inside the loss, so a sample's first label is never a target: normalise it to -100
     # and count only real targets as loss tokens.
-    samples.labels[samples.offsets[:-1]] = IGNORE_INDEX
+    mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)
     pads_removed = samples.pad_tokens_removed  # padding stripped on read: never part of tokens_read
     tokens_read = samples.num_tokens
     loss_read = int((samples.labels != IGNORE_INDEX).sum())

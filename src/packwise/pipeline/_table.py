@@ -23,15 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..constants import IGNORE_INDEX
 from ..plan import PackPlan
+from ..plan._flat import gather_index, mask_boundaries  # the numpy seam every executor of a plan builds on
 from ._media import media_arrays, media_columns
 from ._samples import Samples
 
 
 @dataclass
 class PackedColumns:
-    """Flat packed arrays plus pack boundaries; slice into Arrow tables shard by shard."""
+    """Flat packed arrays plus pack boundaries; slice into Arrow tables shard by shard.
+
+    Built on the numpy seam of ``plan._flat``: one gather index (:func:`~packwise.plan._flat.gather_index`)
+    for every per-token column, the boundary-label rule from :func:`~packwise.plan._flat.mask_boundaries`."""
 
     ids: np.ndarray
     labels: np.ndarray
@@ -50,13 +53,10 @@ class PackedColumns:
     @classmethod
     def build(cls, samples: Samples, plan: PackPlan) -> PackedColumns:
         order = plan.order
-        lens = samples.lengths[order]
-        out_start = np.cumsum(lens) - lens
-        idx = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(out_start - samples.offsets[:-1][order], lens)
+        idx, cu_seqlens = gather_index(samples.offsets, order)
+        lens = np.diff(cu_seqlens)
         labels = samples.labels[idx]
-        first = out_start[lens > 0]
-        masked = int((labels[first] != IGNORE_INDEX).sum())
-        labels[first] = IGNORE_INDEX
+        masked = mask_boundaries(labels, cu_seqlens[:-1], lens, count=True)
         pack_tokens = plan.pack_lengths()
         token_offsets = np.zeros(pack_tokens.shape[0] + 1, dtype=np.int64)
         np.cumsum(pack_tokens, out=token_offsets[1:])

@@ -1,0 +1,119 @@
+"""The batch packwise hands to a model: its keys, defined once.
+
+``collate_packs``, ``assemble_batch``, ``PackCollator``, ``PackedDataCollator`` and
+``shard_for_context_parallel`` return a dict with (a subset of) these keys plus any extra per-token column
+of the input (``mm_token_type_ids``, ...). Every list of keys packwise needs elsewhere is derived from
+:data:`BATCH_KEYS`: the names a per-token input column may not take (``PRODUCED``), the keys that are not
+per-token tensors (``NON_TOKEN_KEYS``: context parallelism shards only the others), the per-sample media
+(``MEDIA_KEYS``) and the keys an HF model takes (``HF_KEYS``).
+
+Boundaries come in two kinds that are never confused: *real* (``cu_seqlens``: cumulative real lengths of
+the documents, padding excluded) and *physical* (``cu_seqlens_padded`` and its HF spellings
+``cu_seq_lens_q/k``: where each segment starts in the row, alignment and tail padding included).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+import torch
+
+Kind = Literal["input", "token", "boundary", "scalar", "media", "metadata"]
+
+#: Every key packwise puts in a batch -> ``(kind, read by HF models)``. Kinds: ``input`` — a per-token
+#: column that also exists in the rows (``[1, T]`` thd / ``[P, S]`` padded); ``token`` — a per-token tensor
+#: packwise computes; ``boundary`` — boundaries and counts, not per token; ``scalar`` — Python values (or
+#: 0-d tensors); ``media`` — per-sample tensors concatenated in pack order; ``metadata`` — per-pack lists.
+BATCH_KEYS: dict[str, tuple[Kind, bool]] = {
+    "input_ids": ("input", True),
+    "labels": ("input", True),
+    "position_ids": ("input", True),
+    "loss_mask": ("input", False),
+    "tokens": ("input", False),
+    "seq_idx": ("token", False),
+    "padding_mask": ("token", False),
+    "shift_labels": ("token", False),
+    "cu_seqlens": ("boundary", False),
+    "cu_seqlens_padded": ("boundary", False),
+    "cu_seq_lens_q": ("boundary", True),
+    "cu_seq_lens_k": ("boundary", True),
+    "cu_pack_tokens": ("boundary", False),
+    "num_sequences": ("boundary", False),
+    "max_seqlen": ("scalar", False),
+    "max_seqlen_padded": ("scalar", False),
+    "max_length_q": ("scalar", True),
+    "max_length_k": ("scalar", True),
+    "total_tokens": ("scalar", False),
+    "layout": ("scalar", False),
+    "labels_shifted": ("scalar", False),
+    "cp_size": ("scalar", False),
+    "cp_rank": ("scalar", False),
+    "pixel_values": ("media", False),
+    "image_grid_thw": ("media", False),
+    "pixel_values_videos": ("media", False),
+    "video_grid_thw": ("media", False),
+    "second_per_grid_ts": ("media", False),
+    "input_features": ("media", False),
+    "feature_attention_mask": ("media", False),
+    "metadata": ("metadata", False),
+}
+
+
+def keys_of(*kinds: Kind) -> tuple[str, ...]:
+    """The keys of :data:`BATCH_KEYS` of the given kinds, in its order.
+
+    Example:
+        >>> keys_of("boundary")
+        ('cu_seqlens', 'cu_seqlens_padded', 'cu_seq_lens_q', 'cu_seq_lens_k', 'cu_pack_tokens', 'num_sequences')
+    """
+    return tuple(k for k, (kind, _) in BATCH_KEYS.items() if kind in kinds)
+
+
+#: Per-sample tensors that are not per token (images, videos, audio clips): concatenated in sequence order, not
+#: padded. Audio: ``input_features (clips, mel, frames)`` and ``feature_attention_mask (clips, frames)``.
+MEDIA_KEYS = keys_of("media")
+#: Batch keys that are not per-token tensors (context parallelism leaves them whole).
+NON_TOKEN_KEYS = frozenset(keys_of("boundary", "scalar", "media", "metadata"))
+#: Names the assembler and collator produce: a per-token input column may not take them.
+PRODUCED = keys_of("token", "boundary", "scalar", "metadata")
+#: The keys an HF model takes (``model(**batch)``): what :class:`packwise.hf.PackedDataCollator` returns,
+#: plus ``mm_token_type_ids`` and media when the data has them.
+HF_KEYS = tuple(k for k, (_, hf) in BATCH_KEYS.items() if hf)
+
+
+class PackedBatch(TypedDict, total=False):
+    """A batch of packs (``collate_packs``): ``P`` packs, ``T`` tokens in the row (thd: ``[1, T]``; padded:
+    ``[P, S]``), ``M`` segments (documents plus one per tail padding). Extra per-token columns of the input
+    (``mm_token_type_ids``, ...) appear under their own names with the shape of ``labels``."""
+
+    input_ids: torch.Tensor  #: ``[1, T]`` / ``[P, S]`` int64 (HF convention; absent under ``tokens``)
+    labels: torch.Tensor  #: ``[1, T]`` / ``[P, S]`` int64, -100 = no loss, convention in ``labels_shifted``
+    position_ids: torch.Tensor  #: ``[1, T]`` / ``[P, S]`` int64, MRoPE ``[3, 1, T]`` (HF Qwen-VL: ``[4, 1, T]``)
+    loss_mask: torch.Tensor  #: Megatron convention: float32, 1 exactly where a target is
+    tokens: torch.Tensor | None  #: Megatron convention: the input ids (None on label-only stages)
+    seq_idx: torch.Tensor  #: int32 segment of every token
+    padding_mask: torch.Tensor  #: bool, True on alignment, tail and batch padding
+    shift_labels: torch.Tensor  #: CP shards of HF batches: the labels, shifted within every segment
+    cu_seqlens: torch.Tensor  #: ``(M+1,)`` int32 cumulative *real* lengths (padded: ``[P, maxM+1]``)
+    cu_seqlens_padded: torch.Tensor  #: ``(M+1,)`` int32 *physical* segment starts (padded: ``[P, maxM+1]``)
+    cu_seq_lens_q: torch.Tensor  #: int32 physical boundaries over the flattened tokens (HF flash-attention)
+    cu_seq_lens_k: torch.Tensor  #: the same tensor as ``cu_seq_lens_q``
+    cu_pack_tokens: torch.Tensor  #: ``(P+1,)`` int32 token offset of each pack in the flattened batch
+    num_sequences: torch.Tensor  #: ``[P]`` int32 documents per pack
+    max_seqlen: int | torch.Tensor  #: longest real document
+    max_seqlen_padded: int | torch.Tensor  #: longest aligned document
+    max_length_q: int | torch.Tensor  #: longest physical segment (HF flash-attention)
+    max_length_k: int | torch.Tensor  #: the same value as ``max_length_q``
+    total_tokens: int  #: tokens in the batch, padding included
+    layout: str  #: ``"thd"`` or ``"padded"``
+    labels_shifted: bool  #: False: HF labels (unshifted); True: Megatron (``labels[t]`` is position t's target)
+    cp_size: int  #: context-parallel shards only
+    cp_rank: int  #: context-parallel shards only
+    pixel_values: torch.Tensor  #: ``(patches, D)`` media, concatenated in pack order (and the keys below)
+    image_grid_thw: torch.Tensor
+    pixel_values_videos: torch.Tensor
+    video_grid_thw: torch.Tensor
+    second_per_grid_ts: torch.Tensor
+    input_features: torch.Tensor
+    feature_attention_mask: torch.Tensor
+    metadata: dict[str, list]  #: per-pack lists of per-sequence values (``source_index``, sample keys)

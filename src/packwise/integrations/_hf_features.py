@@ -1,0 +1,124 @@
+"""What ``PackedDataCollator`` takes: a feature (one tokenized sample, or one row of ``packwise pack`` output)
+-> its sequences, with padding stripped and TRL's loss masks read as ``pack_dataset`` reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from ..assemble._batch import MEDIA_KEYS
+
+
+def _sequences(feature: Mapping, index: int) -> list[dict]:
+    """One feature -> its sequences: split by ``seq_lengths`` (a packed row) or the whole row.
+
+    Padding (``attention_mask`` 0s around one contiguous run of 1s: left or right padding) is stripped, as
+    ``pack_dataset`` does on read (:func:`packwise.pipeline._tokens.real_span`); 0s between real tokens are
+    refused. TRL's loss masks (``completion_mask``, ``assistant_masks``) become the labels as ``pack_dataset``
+    reads them (:data:`packwise.pipeline._tokens.TRL_MASKS`: 1 = target, several: a target in all); together
+    with ``labels`` or ``loss_mask`` they are refused as ambiguous."""
+    if not isinstance(feature, Mapping):
+        raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
+    if feature.get("input_ids") is None:
+        raise ValueError(f"feature {index} has no 'input_ids' or it is None (keys: {sorted(feature)})")
+    keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
+    cols = {k: _array(v, k, index) for k, v in feature.items() if k in keep and v is not None}
+    ids = cols["input_ids"].reshape(-1)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"feature {index}: input_ids has dtype {ids.dtype}; token ids are integers")
+    from ..constants import IGNORE_INDEX
+    from ..pipeline._tokens import TRL_MASKS
+
+    masks = [k for k in TRL_MASKS if feature.get(k) is not None]
+    if masks:
+        given = [k for k in ("labels", "loss_mask") if k in cols]
+        if given:
+            raise ValueError(
+                f"feature {index} has {masks[0]!r} and {given[0]!r}: which tokens are targets is ambiguous; keep one "
+                f"of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask: 1 = target)"
+            )
+        keep = np.ones(ids.shape[0], dtype=bool)
+        for name in masks:
+            m = _array(feature[name], name, index).reshape(-1)
+            if m.shape[0] != ids.shape[0]:
+                raise ValueError(f"feature {index}: {name} has {m.shape[0]} values but input_ids has {ids.shape[0]}")
+            if not np.isin(m, (0, 1)).all():
+                raise ValueError(f"feature {index}: {name} must hold only 0/1 (1 = the token is a target)")
+            keep &= m.astype(bool)
+        cols["labels"] = np.where(keep, ids.astype(np.int64), IGNORE_INDEX).reshape(cols["input_ids"].shape)
+    mask, span = feature.get("attention_mask"), None
+    if mask is not None:
+        from ..pipeline._tokens import real_span
+
+        m = _array(mask, "attention_mask", index).reshape(-1)
+        if m.shape[0] != ids.shape[0]:
+            raise ValueError(
+                f"feature {index}: attention_mask has {m.shape[0]} values but input_ids has {ids.shape[0]}"
+            )
+        a, b = real_span(m, f"feature {index}")
+        if b - a != ids.shape[0]:
+            if feature.get("seq_lengths") is not None:
+                raise ValueError(
+                    f"feature {index} is a packed row (seq_lengths) with padding in its attention_mask; packed rows "
+                    "carry no padding — drop the attention_mask column"
+                )
+            cols = {k: v[a:b] for k, v in cols.items()}
+            ids = cols["input_ids"].reshape(-1)
+            span = (a, b)
+    lengths = feature.get("seq_lengths")
+    if lengths is None:
+        seq = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in cols.items()}
+        for k in ("position_ids", *MEDIA_KEYS):
+            if feature.get(k) is not None:
+                seq[k] = torch.as_tensor(feature[k])
+        if span is not None and "position_ids" in seq:
+            seq["position_ids"] = seq["position_ids"][..., span[0] : span[1]]
+        return [seq]
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if int(lengths.sum()) != ids.shape[0] or (lengths < 1).any():
+        raise ValueError(
+            f"feature {index}: seq_lengths {lengths.tolist()} must be positive and sum to its {ids.shape[0]} tokens"
+        )
+    cuts = np.cumsum(lengths)[:-1]
+    parts = {k: np.split(v, cuts) for k, v in cols.items()}
+    return [{k: torch.from_numpy(np.ascontiguousarray(p[i])) for k, p in parts.items()} for i in range(len(lengths))]
+
+
+def _split(feature: Mapping, index: int) -> list[dict]:
+    """:func:`_sequences`, with the cause named when a truncating trainer or collator cut a pack short."""
+    try:
+        return _sequences(feature, index)
+    except ValueError as e:
+        lengths = feature.get("seq_lengths") if isinstance(feature, Mapping) else None
+        ids = feature.get("input_ids") if isinstance(feature, Mapping) else None
+        try:
+            total, n = int(np.asarray(lengths).sum()), int(np.size(ids))
+        except (TypeError, ValueError):
+            raise e from None
+        if total <= n:
+            raise
+        raise ValueError(
+            f"{e}: its documents hold {total} tokens but only {n} arrived — a truncating trainer or collator cut the "
+            f"pack (TRL's SFTConfig(max_length=1024) is the default: SFTTrainer truncates every row to it). Fix: "
+            f"SFTConfig(max_length=None), or pack with a capacity <= max_length"
+        ) from None
+
+
+def _array(value, name: str, index: int) -> np.ndarray:
+    """A feature column as a numeric numpy array, or a TypeError naming the feature, column and value."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        what = "is ragged (nested lists of different lengths)" if "inhomogeneous" in str(e) else f"is not numeric ({e})"
+        raise TypeError(f"feature {index}: {name} {what}; expected one number per token") from None
+    if arr.dtype.kind not in "biuf":
+        bad = next((v for v in arr.reshape(-1).tolist() if not isinstance(v, (bool, int, float))), arr.dtype)
+        raise TypeError(
+            f"feature {index}: {name} holds {bad!r} ({arr.dtype}); token ids are integers — tokenize the text "
+            "first (tokenizer(text)['input_ids'])"
+        )
+    return arr

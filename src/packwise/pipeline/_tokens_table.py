@@ -1,0 +1,194 @@
+"""Pre-tokenized rows read column by column (Parquet, HF directories): one vectorised pass per column, the
+same rules and the same :class:`Samples` as the row-by-row path of ``_tokens.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..constants import IGNORE_INDEX
+from ..io._read import BadRow, RawInput
+from ._token_rules import ID_LIMIT, PAD_MASK, RESERVED, TRL_MASKS, _ambiguous, _check_labels, _check_vocab, real_span
+from ._types import RowErrors, Samples
+
+
+def _list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat values, per-row lengths (null rows: 0) and per-row "has a null item" of a (large) list array."""
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(arr)
+    item_null = np.zeros(lengths.shape[0], dtype=bool)
+    if flat.null_count:
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        nulls = np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))
+        item_null[np.searchsorted(starts, nulls, side="right") - 1] = True
+        flat = pc.fill_null(flat, 0)
+    return flat.to_numpy(zero_copy_only=False), lengths, item_null
+
+
+def _is_list_of_numbers(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+        pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type) or pa.types.is_boolean(t.value_type)
+    )
+
+
+def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bool) -> tuple[Samples, list]:
+    table = raw.table
+    errors = RowErrors(skip_bad_rows, raw)
+    n = table.num_rows
+    col = table.column("input_ids").combine_chunks()
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or not pa.types.is_integer(
+        col.type.value_type
+    ):
+        raise ValueError(f"{raw.name}: column 'input_ids' has type {col.type}, expected a list of integers")
+    ids, lengths, id_null = _list_parts(col)
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) >= 2**63:
+        ids = np.minimum(ids, 2**63 - 1)  # out of range anyway; keep the comparison below exact
+    ids = ids.astype(np.int64)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    keep = np.ones(n, dtype=bool)
+
+    def flag(rows: np.ndarray, make) -> None:
+        for r in rows.tolist():
+            if keep[r]:
+                errors.bad(r, make(r))
+                keep[r] = False
+
+    def row_of(tokens: np.ndarray) -> np.ndarray:
+        return np.unique(np.searchsorted(starts, tokens, side="right") - 1)
+
+    def segment_error(check, values: np.ndarray):
+        def make(r):
+            try:
+                check(values[starts[r] : starts[r + 1]], raw.locate(r))
+            except BadRow as e:
+                return e
+            raise AssertionError  # pragma: no cover
+
+        return make
+
+    nulls = col.is_null().to_numpy(zero_copy_only=False)
+    flag(np.flatnonzero(nulls | (lengths == 0)), lambda r: BadRow(raw.locate(r), "input_ids", "is empty or null"))
+    flag(np.flatnonzero(id_null), lambda r: BadRow(raw.locate(r), "input_ids", "holds a null token id"))
+    limit = ID_LIMIT if vocab_size is None else vocab_size
+    flag(
+        row_of(np.flatnonzero((ids < 0) | (ids >= limit))),
+        segment_error(lambda s, w: _check_vocab(s, vocab_size, w), ids),
+    )
+    present = {name: name in table.column_names for name in ("labels", "loss_mask", *TRL_MASKS)}
+    if present["labels"] and present["loss_mask"]:
+        raise ValueError(f"{raw.name}: has both 'labels' and 'loss_mask' columns; keep one of them (labels say more)")
+    masks = [k for k in TRL_MASKS if present[k]]
+    given = [k for k in ("labels", "loss_mask") if present[k]]
+    if masks and given:
+        field, problem, fix = _ambiguous(masks, given)
+        raise ValueError(f"{raw.name}: column {field!r} {problem}; {fix}")
+    labels = ids.copy()
+    for name in (k for k, v in present.items() if v):
+        other = table.column(name).combine_chunks()
+        if not _is_list_of_numbers(other.type):
+            raise ValueError(f"{raw.name}: column {name!r} has type {other.type}, expected a list of numbers")
+        values, other_len, other_null = _list_parts(other)
+        given_rows = ~other.is_null().to_numpy(zero_copy_only=False)  # a null row means "not given"
+        other_len = np.where(given_rows, other_len, lengths)
+        flag(
+            np.flatnonzero(other_len != lengths),
+            lambda r, name=name, ol=other_len: _length_error(raw, r, name, ol[r], lengths[r]),
+        )
+        flag(np.flatnonzero(other_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
+        given = np.repeat(given_rows & (other_len == lengths), lengths)
+        aligned = _aligned(values, np.where(given_rows, other_len, 0), lengths)
+        if name == "labels":
+            if values.dtype.kind not in "iu":
+                raise ValueError(f"{raw.name}: column 'labels' holds {values.dtype}, expected integers")
+            labels = np.where(given, aligned.astype(np.int64), ids)
+            flag(
+                row_of(np.flatnonzero((labels != IGNORE_INDEX) & ((labels < 0) | (labels >= ID_LIMIT)))),
+                segment_error(_check_labels, labels),
+            )
+        else:
+            bad = ~np.isin(aligned, (0, 1)) & given
+            flag(
+                row_of(np.flatnonzero(bad)),
+                lambda r, name=name: BadRow(raw.locate(r), name, "must hold only 0/1 or true/false"),
+            )
+            labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, labels)  # several TRL masks: AND
+    columns = {}
+    for name in table.column_names:
+        if name in RESERVED or not _is_list_of_numbers(table.schema.field(name).type):
+            continue
+        values, col_len, col_null = _list_parts(table.column(name).combine_chunks())
+        flag(
+            np.flatnonzero(col_len != lengths),
+            lambda r, name=name, cl=col_len: _length_error(raw, r, name, cl[r], lengths[r]),
+        )
+        flag(np.flatnonzero(col_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
+        columns[name] = _aligned(values, col_len, lengths)
+    real = None
+    if PAD_MASK in columns:
+        real = _strip_padding(columns.pop(PAD_MASK), lengths, starts, flag, raw)
+    token_keep = np.repeat(keep, lengths)
+    kept_lengths = lengths[keep]
+    pads = 0
+    if real is not None:
+        token_keep &= real
+        real_lengths = np.bincount(np.repeat(np.arange(n), lengths)[real], minlength=n)
+        pads = int((lengths - real_lengths)[keep].sum())
+        kept_lengths = real_lengths[keep]
+    offsets = np.zeros(kept_lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(kept_lengths, out=offsets[1:])
+    samples = Samples(
+        ids=ids[token_keep].astype(np.int32),
+        labels=labels[token_keep].astype(np.int32),
+        offsets=offsets,
+        source=np.flatnonzero(keep).astype(np.int64),
+        columns={k: v[token_keep] for k, v in columns.items()},
+        pad_tokens_removed=pads,
+    )
+    return samples, errors.rows
+
+
+def _strip_padding(mask: np.ndarray, lengths: np.ndarray, starts: np.ndarray, flag, raw: RawInput) -> np.ndarray:
+    """``(T,)`` bool real tokens of every row's ``attention_mask`` (flat, laid out like input_ids); rows whose
+    mask is not one contiguous run of 1s are flagged (as :func:`real_span` words it)."""
+    n = lengths.shape[0]
+    row = np.repeat(np.arange(n), lengths)
+    ones = mask == 1
+    bad = np.zeros(n, dtype=bool)
+    bad[row[~np.isin(mask, (0, 1))]] = True
+    count = np.bincount(row[ones], minlength=n)
+    pos = np.arange(mask.shape[0]) - starts[:-1][row]
+    rows_with, first_at = np.unique(row[ones], return_index=True)
+    span = np.zeros(n, dtype=np.int64)
+    pos_ones = pos[ones]
+    span[rows_with] = pos_ones[first_at + count[rows_with] - 1] - pos_ones[first_at] + 1
+    bad |= (count == 0) | (span != count)
+    bad &= lengths > 0
+
+    def make(r):
+        try:
+            real_span(mask[starts[r] : starts[r + 1]], raw.locate(r))
+        except BadRow as e:
+            return e
+        raise AssertionError  # pragma: no cover
+
+    flag(np.flatnonzero(bad), make)
+    return ones
+
+
+def _length_error(raw: RawInput, row: int, name: str, got: int, want: int) -> BadRow:
+    return BadRow(raw.locate(row), name, f"has {got} values but input_ids has {want}")
+
+
+def _aligned(values: np.ndarray, value_lengths: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per-token values laid out like input_ids; rows whose lengths differ are zero-filled (they are
+    dropped as bad rows or replaced by the caller)."""
+    if np.array_equal(value_lengths, lengths):
+        return values
+    out = np.zeros(int(lengths.sum()), dtype=values.dtype)
+    ok = (value_lengths == lengths) & (value_lengths > 0)
+    src = np.repeat(ok, value_lengths)
+    dst = np.repeat(ok, lengths)
+    out[dst] = values[src]
+    return out
