@@ -55,42 +55,52 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
     keys.append(_SENTINEL)  # bisect lands here when no open pack fits: open a new one
     bins = np.empty(n, dtype=np.int64)
     bins[:big] = np.arange(big)
-    out = []
-    append, pop, bisect, insert = out.append, keys.pop, bisect_left, insort
+    out: list[int] = []
+    append, bisect, insert = out.append, bisect_left, insort
     nb = big
+    full = capacity << _SHIFT
+    # Keys are ``remaining << 32 | pack``; a sequence of length ``length`` is ``L = length << 32``, so the pack's
+    # new key is ``k - L``. It can only move left: it is written in place when it stays at the same position,
+    # else the list moves only the entries between its old and new positions.
     if max_seqs >= n:  # no pack can reach the sequence limit: no counts to keep
-        for length in ordered[big:].tolist():
-            i = bisect(keys, length << _SHIFT)
+        for L in (ordered[big:] << _SHIFT).tolist():
+            i = bisect(keys, L)
             k = keys[i]
             if k != _SENTINEL:
-                pop(i)
-                b = k & _MASK
-                r = (k >> _SHIFT) - length
+                append(k & _MASK)
+                nk = k - L
+                if nk >> _SHIFT:
+                    if not i or keys[i - 1] < nk:
+                        keys[i] = nk
+                    else:
+                        del keys[i]
+                        keys.insert(bisect(keys, nk, 0, i), nk)
+                else:
+                    del keys[i]
             else:
-                b = nb
+                append(nb)
+                if full != L:
+                    insert(keys, full - L + nb)
                 nb += 1
-                r = capacity - length
-            if r:
-                insert(keys, (r << _SHIFT) | b)
-            append(b)
     else:
         counts = [1] * big
-        for length in ordered[big:].tolist():
-            i = bisect(keys, length << _SHIFT)
+        for L in (ordered[big:] << _SHIFT).tolist():
+            i = bisect(keys, L)
             k = keys[i]
             if k != _SENTINEL:
-                pop(i)
                 b = k & _MASK
-                r = (k >> _SHIFT) - length
+                append(b)
+                del keys[i]
                 counts[b] += 1
+                nk = k - L
+                if nk >> _SHIFT and counts[b] < max_seqs:
+                    insert(keys, nk)
             else:
-                b = nb
-                nb += 1
-                r = capacity - length
+                append(nb)
                 counts.append(1)
-            if r and counts[b] < max_seqs:
-                insert(keys, (r << _SHIFT) | b)
-            append(b)
+                if full != L and max_seqs > 1:
+                    insert(keys, full - L + nb)
+                nb += 1
     bins[big:] = out
     order = idx[np.argsort(bins, kind="stable")]
     offsets = np.zeros(nb + 1, dtype=np.int64)
