@@ -235,9 +235,12 @@ class HistogramBuilder:
         del key
         order = np.empty(self.n, dtype=np.int64)
         big = sg * k >= _BLOCK
-        for d, gg, t, p, kk, s, r in zip(*(a[big].tolist() for a in (dst, sg, rtk, p0, k, src, rev))):
-            chunk = sorted_idx[s : s + gg * kk].reshape(gg, kk)
-            order[d : d + gg * t].reshape(gg, t)[:, p : p + kk] = chunk[::-1] if r else chunk
+        rows, chunk = np.flatnonzero(big), None
+        for a in range(0, rows.shape[0], 1024):  # Python ints for 1,024 blocks at a time: bounded memory
+            part = rows[a : a + 1024]
+            for d, gg, t, p, kk, s, r in zip(*(c[part].tolist() for c in (dst, sg, rtk, p0, k, src, rev))):
+                chunk = sorted_idx[s : s + gg * kk].reshape(gg, kk)
+                order[d : d + gg * t].reshape(gg, t)[:, p : p + kk] = chunk[::-1] if r else chunk
         small = np.flatnonzero(~big)
         if small.shape[0]:  # in chunks of about N/64 sequences: bounded temporaries
             ends = np.cumsum(sg[small] * k[small])
@@ -247,7 +250,7 @@ class HistogramBuilder:
                     _gather_small(
                         order, sorted_idx, dst[rows] + p0[rows], sg[rows], rtk[rows], k[rows], src[rows], rev[rows]
                     )
-        del sorted_idx
+        del sorted_idx, chunk  # the last block view kept sorted_idx alive
         keep = tk > 0
         sizes = np.repeat(tk[keep], g[keep])
         offsets = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
