@@ -179,3 +179,49 @@ def test_fused_equals_two_step(case):
 def test_padded_layout_is_the_two_step_batch():
     packs = [[{"input_ids": torch.tensor([1, 2, 3])}], [{"input_ids": torch.tensor([4])}]]
     assert_same(assemble_batch(packs, layout="padded"), reference(packs, layout="padded"))
+
+
+@st.composite
+def labelled_batches(draw):
+    """Rows whose labels are arbitrary: HF, random, Megatron-shifted (labels[t] == input_ids[t+1]) or mixed."""
+    packs = []
+    for _ in range(draw(st.integers(1, 3))):
+        pack = []
+        for _ in range(draw(st.integers(1, 3))):
+            n = draw(st.integers(1, 7))
+            ids = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+            kind = draw(st.sampled_from(["hf", "random", "shifted"]))
+            if kind == "hf":
+                lab = list(ids)
+            elif kind == "random":
+                lab = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+            else:
+                lab = ids[1:] + [-100]
+            mask = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+            lab = [-100 if m else v for v, m in zip(lab, mask)]
+            pack.append({"input_ids": torch.tensor(ids), "labels": torch.tensor(lab)})
+        packs.append(pack)
+    return packs, {"alignment": draw(st.sampled_from([1, 2])), "pad_to_multiple_of": draw(st.sampled_from([1, 4]))}
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=labelled_batches())
+def test_label_convention_check_matches_two_step(case):
+    """The fused path's vectorised check of labels-only rows refuses exactly what the two-step path refuses."""
+    packs, opts = case
+    try:
+        want = reference(packs, **opts)
+    except ValueError as e:
+        with pytest.raises(ValueError, match="Megatron-shifted"):
+            assemble_batch(packs, **opts)
+        assert "Megatron-shifted" in str(e)
+        return
+    answered = []
+    orig = fused_module._fast_thd
+    try:
+        fused_module._fast_thd = lambda *a: answered.append(out := orig(*a)) or out
+        got = assemble_batch(packs, **opts)
+    finally:
+        fused_module._fast_thd = orig
+    assert answered[0] is not None  # accepted rows stay on the fused path
+    assert_same(got, want)

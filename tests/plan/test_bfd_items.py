@@ -47,3 +47,18 @@ def test_a_stream_sized_window_matches_and_plan_packs_takes_the_item_path():
     assert lengths.shape[0] <= ITEM_PATH_MAX
     assert np.array_equal(plan.order, order) and np.array_equal(plan.offsets, offsets)
     assert plan.num_packs == 1_866  # = L1 = ceil(sum / C): optimal
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=300),
+    capacity=st.integers(9, 40),
+)
+def test_runs_of_equal_lengths_match_item_by_item(lengths, capacity):
+    """Many duplicates: the run path places a whole run per pack; the plan is still item-by-item BFD."""
+    costs = np.asarray(lengths, dtype=np.int64)
+    order, offsets = plan_bfd_items(costs, capacity, 1 << 62)
+    h_order, h_offsets = histogram_bfd(costs, capacity, 1 << 62)
+    assert order.tolist() == h_order.tolist() and offsets.tolist() == h_offsets.tolist()
+    expected = ref.fit_decreasing(lengths, capacity, None, best=True)
+    assert [order[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected

@@ -85,7 +85,8 @@ def assemble_batch(
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
         lab, ids = out["labels"], out.get("input_ids")
-        if ids is None or not bool(((lab != label_pad_id) & (lab != ids)).any()):
+        checked = out.pop("_rows_checked", False)  # CPU: the label-convention check ran vectorised in _fast_thd
+        if checked or ids is None or not bool(((lab != label_pad_id) & (lab != ids)).any()):
             # every target is its own token (HF labels): nothing for the convention checks to refuse. Keys in
             # collate_packs' order (input_ids after the layout keys, then the label convention)
             batch = {k: v for k, v in out.items() if k != "input_ids"}
@@ -224,7 +225,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         return out
 
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
-    if bool((input_ids < 0).any()):
+    if (int(input_ids.numpy().min()) if device.type == "cpu" else int(input_ids.min())) < 0:
         return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
     if "labels" in cols:
         labels = place(cols["labels"], "labels", label_pad_id, torch.int64)
@@ -233,6 +234,11 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if padded or extra:
             labels[torch.from_numpy(pad_mask).to(device)] = label_pad_id
     boundary = seq_start + (lens - 1) if shifted else seq_start
+    checked = False
+    if device.type == "cpu" and "labels" in cols:
+        if _looks_shifted(labels.numpy(), input_ids.numpy(), seq_start, lens, label_pad_id):
+            return None  # the two-step path refuses it, naming the sequence and the fix
+        checked = True
     if device.type == "cpu":
         lab_np = labels.numpy()
         lab_np[boundary] = label_pad_id
@@ -277,7 +283,32 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         total_tokens=width,
         layout="thd",
     )
+    if checked:
+        batch["_rows_checked"] = True
     return batch
+
+
+def _looks_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np.ndarray, pad: int) -> bool:
+    """Whether some ``labels``-only row looks Megatron-shifted: the two-step path's per-row check
+    (``assemble._pack._check_hf_rows``) over the whole batch in a few numpy calls. ``lab``/``ids`` are the
+    batch's ``(T,)`` labels (before boundary masking) and ids; row ``i`` is ``[start[i], start[i] + lens[i])``."""
+    mismatch = lab != ids
+    if not mismatch.any():
+        return False  # every label is its own token: the common case
+    mismatch &= lab != pad
+    target = lab != pad
+    target[start + lens - 1] = False  # a row's last label has no next token to compare with
+    off = target.copy()  # a target that is not the next token: the row is not shifted
+    off[:-1] &= lab[:-1] != ids[1:]
+    edges = np.empty(2 * start.shape[0], dtype=np.int64)  # reduceat: [start, end) and [end, next start)
+    edges[0::2] = start
+    np.add(start, lens, out=edges[1::2])
+    if edges[-1] == lab.shape[0]:
+        edges = edges[:-1]
+    any_in_row = np.logical_or.reduceat
+    shifted = (lens >= 2) & any_in_row(mismatch, edges)[::2] & any_in_row(target, edges)[::2]
+    shifted &= ~any_in_row(off, edges)[::2]
+    return bool(shifted.any())
 
 
 _INPUT_IDS = itemgetter("input_ids")

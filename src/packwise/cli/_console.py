@@ -6,10 +6,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # Piped or captured output (CI logs, `| tee`) gets 140 columns instead of rich's 80 so tables do not
 # truncate their cells; a terminal or an explicit COLUMNS keeps rich's own width.
@@ -24,6 +26,8 @@ def progress_bars(quiet: bool) -> Iterator[Callable[[str, int], Callable[[int], 
     if quiet:
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: 50 ms
+
     columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=not sys.stderr.isatty()) as progress:
 
@@ -44,6 +48,8 @@ def _pct(a: float, b: float) -> str:
 
 def report_table(report, output: str | None = None) -> Table:
     """The pack report as one rich table (same figures as ``--json``)."""
+    from rich.table import Table
+
     r, m = report, report.metrics
     t = Table(title=f"packwise pack — {r.input}", show_header=False, title_justify="left", box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)

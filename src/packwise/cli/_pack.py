@@ -90,6 +90,10 @@ def pack(
     num_cpus: Annotated[
         int | None, typer.Option(help="--engine ray: CPUs of the local Ray instance (default: all).")
     ] = None,
+    num_proc: Annotated[
+        int | None,
+        typer.Option(help="Tokenizer threads (the Rust tokenizer's own pool; default: every core)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or table.")] = False,
 ) -> None:
@@ -102,6 +106,8 @@ def pack(
     from ..pipeline._demo import chitchat_input
     from ..report import plot_dependency_error, write_report
 
+    if num_proc is not None:
+        _tokenizer_threads(num_proc)
     if packs_per_shard < 1:
         raise ValueError(f"--packs-per-shard must be >= 1, got {packs_per_shard}")
     if engine not in ("local", "ray"):
@@ -171,6 +177,17 @@ CONFIG_FLAGS = (
     "max_sequences_per_pack", "min_packs", "pack_count_multiple", "alignment", "min_pixels", "max_pixels",
     "media_root",
 )  # fmt: skip
+
+
+def _tokenizer_threads(n: int) -> None:
+    """Size the tokenizer's thread pool (Rayon reads ``RAYON_NUM_THREADS`` when it first starts)."""
+    import os
+
+    if n < 1:
+        raise ValueError(f"--num-proc must be >= 1 (tokenizer threads), got {n}")
+    if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() in ("0", "false", "no", "off"):
+        raise ValueError("--num-proc needs the tokenizer's threads, but TOKENIZERS_PARALLELISM disables them; unset it")
+    os.environ["RAYON_NUM_THREADS"] = str(n)
 
 
 def _from_command_line(ctx: typer.Context, name: str) -> bool:

@@ -80,7 +80,10 @@ def pack_columns(
         from ._media import with_media_root
 
         vision = with_media_root(vision, raw.name)  # the same absolute root in metadata on both engines
+        loaded = progress("tokenizer", 1) if progress else None  # loading imports transformers: a second or more
         tok = load_tokenizer(tokenizer if tokenizer is not None else "qwen2.5")
+        if loaded:
+            loaded(1)
         advance = progress("tokenize", raw.num_rows) if progress else None
         samples, skipped = tokenize_rows(
             raw, tok, loss_on=loss_on, chat_template=template, skip_bad_rows=skip_bad_rows, progress=advance,
@@ -127,6 +130,7 @@ def pack_columns(
     timings["overflow"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    planned = progress("plan", 2) if progress else None  # 10 M sequences: seconds of planning and assembly
     plan = plan_packs(
         samples.lengths,
         capacity=capacity,
@@ -139,9 +143,13 @@ def pack_columns(
         **(algorithm_options or {}),
     )
     timings["plan"] = time.perf_counter() - t
+    if planned:
+        planned(1)
 
     t = time.perf_counter()
     packed = PackedColumns.build(samples, plan)
+    if planned:
+        planned(1)
     timings["assemble"] = time.perf_counter() - t
 
     loss_packed = int((packed.labels != IGNORE_INDEX).sum())

@@ -55,44 +55,95 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
     keys.append(_SENTINEL)  # bisect lands here when no open pack fits: open a new one
     bins = np.empty(n, dtype=np.int64)
     bins[:big] = np.arange(big)
-    out = []
-    append, pop, bisect, insert = out.append, keys.pop, bisect_left, insort
+    out: list[int] = []
+    append, bisect, insert = out.append, bisect_left, insort
     nb = big
-    if max_seqs >= n:  # no pack can reach the sequence limit: no counts to keep
-        for length in ordered[big:].tolist():
-            i = bisect(keys, length << _SHIFT)
-            k = keys[i]
-            if k != _SENTINEL:
-                pop(i)
-                b = k & _MASK
-                r = (k >> _SHIFT) - length
-            else:
-                b = nb
-                nb += 1
-                r = capacity - length
-            if r:
-                insert(keys, (r << _SHIFT) | b)
-            append(b)
+    full = capacity << _SHIFT
+    # Keys are ``remaining << 32 | pack``; a sequence of length ``length`` is ``L = length << 32``, so the pack's
+    # new key is ``k - L``. It can only move left: it is written in place when it stays at the same position,
+    # else the list moves only the entries between its old and new positions.
+    if max_seqs >= n:  # no pack can reach the sequence limit: runs of equal lengths placed a pack at a time
+        out = _place_runs(ordered[big:], keys, capacity, big)
+        nb = int(out.max()) + 1 if out.shape[0] else big
     else:
         counts = [1] * big
-        for length in ordered[big:].tolist():
-            i = bisect(keys, length << _SHIFT)
+        for L in (ordered[big:] << _SHIFT).tolist():
+            i = bisect(keys, L)
             k = keys[i]
             if k != _SENTINEL:
-                pop(i)
                 b = k & _MASK
-                r = (k >> _SHIFT) - length
+                append(b)
+                del keys[i]
                 counts[b] += 1
+                nk = k - L
+                if nk >> _SHIFT and counts[b] < max_seqs:
+                    insert(keys, nk)
             else:
-                b = nb
-                nb += 1
-                r = capacity - length
+                append(nb)
                 counts.append(1)
-            if r and counts[b] < max_seqs:
-                insert(keys, (r << _SHIFT) | b)
-            append(b)
+                if full != L and max_seqs > 1:
+                    insert(keys, full - L + nb)
+                nb += 1
     bins[big:] = out
+    nb = max(nb, big)
     order = idx[np.argsort(bins, kind="stable")]
     offsets = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(np.bincount(bins, minlength=nb), out=offsets[1:])
     return order, offsets
+
+
+def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: int) -> np.ndarray:
+    """BFD of ``small`` (lengths descending, each <= C/2) into the open packs ``keys``; the pack of each.
+
+    A run of ``c`` equal lengths ``l`` goes to the best-fitting pack ``t = min(c, remaining // l)`` at a time:
+    once a pack was the best fit for ``l`` (no pack had room in ``[l, remaining)``), its new room
+    ``remaining - l`` is the best fit for the next ``l`` as long as it holds ``l`` — exactly the item-by-item
+    choice, in one Python step per (length, pack) instead of one per sequence.
+    """
+    if not small.shape[0]:
+        return np.zeros(0, dtype=np.int64)
+    edge = np.flatnonzero(small[1:] != small[:-1]) + 1
+    run_start = np.concatenate([[0], edge])
+    run_len = np.diff(np.append(run_start, small.shape[0]))
+    lengths = small[run_start]
+    packs: list[int] = []
+    taken: list[int] = []
+    bisect, insert = bisect_left, insort
+    nb = first_pack
+    for length, shifted, c in zip(lengths.tolist(), (lengths << _SHIFT).tolist(), run_len.tolist()):
+        while c:
+            i = bisect(keys, shifted)
+            k = keys[i]
+            if k == _SENTINEL:  # no open pack fits: new packs of ``capacity // length`` each, then the rest
+                per = capacity // length
+                q, rest = divmod(c, per)
+                room = capacity - per * length
+                if q:
+                    packs.extend(range(nb, nb + q))
+                    taken.extend([per] * q)
+                    if room:
+                        at = bisect(keys, (room << _SHIFT) | nb)  # after the older packs with this room
+                        keys[at:at] = [(room << _SHIFT) | b for b in range(nb, nb + q)]
+                    nb += q
+                if rest:
+                    packs.append(nb)
+                    taken.append(rest)
+                    insert(keys, ((capacity - rest * length) << _SHIFT) | nb)
+                    nb += 1
+                break
+            t = (k >> _SHIFT) // length
+            if t > c:
+                t = c
+            packs.append(k & _MASK)
+            taken.append(t)
+            nk = k - t * shifted
+            if nk >> _SHIFT:
+                if not i or keys[i - 1] < nk:
+                    keys[i] = nk
+                else:
+                    del keys[i]
+                    keys.insert(bisect(keys, nk, 0, i), nk)
+            else:
+                del keys[i]
+            c -= t
+    return np.repeat(np.asarray(packs, dtype=np.int64), np.asarray(taken, dtype=np.int64))

@@ -30,6 +30,7 @@ C = 4096) — 776 = L1. Times in ``benchmarks/README.md``.
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
 from typing import Literal
 
 from ._engine import GroupStore, HistogramBuilder, split_group
@@ -44,6 +45,8 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
     most recent group on ties), ``worst_lifo_one`` (SPFHP: most free space, one sequence per pack per
     step). Returns the final groups for :meth:`HistogramBuilder.finalize`.
     """
+    if policy == "best":
+        return _place_best(builder, max_seqs)
     cap = builder.capacity
     store = GroupStore(cap, lifo=policy in ("best_lifo", "worst_lifo_one"), argmin=policy == "first")
     tree = store.tree
@@ -114,3 +117,86 @@ def _take(builder: HistogramBuilder, group: list, length: int, g: int, k: int) -
     group[2] -= k * length
     group[3] += k
     group[4] = (*group[4], e)
+
+
+def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
+    """``place_decreasing(policy="best")`` with the group store inlined: the same events in the same order.
+
+    Open groups live in heaps (by first pack) keyed by free space; the non-empty free spaces are the bits of
+    one Python int, so "smallest free >= length" is a shift and a lowest-set-bit. Lengths above C/2 skip the
+    query: every open pack then holds a sequence longer than C/2, so none has room for another.
+    """
+    cap = builder.capacity
+    counts, cursor = builder.counts, builder.cursor
+    ev_bin, ev_g, ev_k, ev_src, ev_rev = builder.ev_bin, builder.ev_g, builder.ev_k, builder.ev_src, builder.ev_rev
+    buckets: dict[int, list] = {}
+    closed: list[list] = []
+    bits = 0
+    n_bins = builder.n_bins
+    half = cap // 2
+    for length in range(cap, 0, -1):
+        c = counts[length]
+        while c:
+            m = bits >> length if length <= half else 0
+            if m:
+                key = length + (m & -m).bit_length() - 1
+                bucket = buckets[key]
+                group = heappop(bucket)[1]
+                if not bucket:
+                    del buckets[key]
+                    bits ^= 1 << key
+                g = group[1]
+                k = min(group[2] // length, max_seqs - group[3])
+                if g * k <= c:
+                    parts = ((group, g, k),)
+                    c -= g * k
+                else:
+                    q, r = divmod(c, k)
+                    parts = []
+                    if q:
+                        parts.append((split_group(group, q), q, k))
+                    if r:
+                        parts.append((split_group(group, 1), 1, r))
+                    if group[1]:
+                        bits = _file(buckets, closed, group, max_seqs, bits)
+                    c = 0
+            else:  # no open pack fits: open q packs of k and one of the remainder
+                k = min(cap // length, max_seqs)
+                q, r = divmod(c, k)
+                parts = []
+                if q:
+                    parts.append(([n_bins, q, cap, 0, ()], q, k))
+                    n_bins += q
+                if r:
+                    parts.append(([n_bins, 1, cap, 0, ()], 1, r))
+                    n_bins += 1
+                c = 0
+            for group, g, k in parts:
+                ev_bin.append(group[0])
+                ev_g.append(g)
+                ev_k.append(k)
+                ev_src.append(cursor[length])
+                ev_rev.append(False)
+                cursor[length] += g * k
+                group[2] -= k * length
+                group[3] += k
+                group[4] = (*group[4], len(ev_k) - 1)
+                bits = _file(buckets, closed, group, max_seqs, bits)
+    builder.n_bins = n_bins
+    out = [(g[0], g[1], g[4]) for g in closed]
+    out.extend((g[0], g[1], g[4]) for bucket in buckets.values() for _, g in bucket)
+    return out
+
+
+def _file(buckets: dict, closed: list, group: list, max_seqs: int, bits: int) -> int:
+    """Put ``group`` back in the bucket of its free space (or close it); returns the updated key bits."""
+    free = group[2]
+    if free <= 0 or group[3] >= max_seqs:
+        closed.append(group)
+        return bits
+    bucket = buckets.get(free)
+    if bucket is None:
+        buckets[free] = [(group[0], group)]
+        return bits | (1 << free)
+    heappush(bucket, (group[0], group))
+    return bits

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from operator import itemgetter
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import assemble_pack
 from ..assemble._columns import MEDIA_KEYS
 from ..plan import plan_packs
 from ..plan._api import check_algorithm_options, resolve_algorithm
+from ._slice import _slice
 
 OVERFLOW = ("truncate", "split", "drop", "error")
+_INPUT_IDS = itemgetter("input_ids")
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
 
 
@@ -291,8 +292,8 @@ class PackingStream(IterableDataset):
         try:
             if self.length_fn is not None:
                 lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
-            else:
-                lengths = np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples))
+            else:  # C-level maps: no per-sample Python frame
+                lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
         except Exception:  # find and name the bad sample (a length_fn may raise anything)
             lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
@@ -324,9 +325,23 @@ class PackingStream(IterableDataset):
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
         """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""
+        types = set(map(type, samples))  # one C-level pass; the per-sample check only runs for mappings
+        if not any(issubclass(t, Mapping) for t in types):
+            return
+        if types == {dict}:
+            try:
+                actual = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
+            except (KeyError, TypeError):
+                actual = None
+            if actual is not None:
+                self._raise_under(actual, reported, at)
+                return
         actual = np.fromiter(
             (len(ids) if (ids := _ids(s)) is not None else -1 for s in samples), np.int64, len(samples)
         )
+        self._raise_under(actual, reported, at)
+
+    def _raise_under(self, actual: np.ndarray, reported: np.ndarray, at) -> None:
         under = np.flatnonzero(actual > reported)
         if under.size:
             j = int(under[0])
@@ -380,16 +395,3 @@ class PackingStream(IterableDataset):
 def _ids(sample):
     """A sample's ``input_ids`` when it is a mapping holding them (else None)."""
     return sample.get("input_ids") if isinstance(sample, Mapping) else None
-
-
-def _slice(sample: Mapping, a: int, b: int, n: int) -> dict[str, Any]:
-    """Tokens ``a:b`` of every per-token value (position ids are sliced on their last axis)."""
-    out = {}
-    for k, v in sample.items():
-        if k == "position_ids" and hasattr(v, "shape") and len(v.shape) == 2:
-            out[k] = v[..., a:b]
-        elif isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and len(v) == n:
-            out[k] = v[a:b]
-        else:
-            out[k] = v
-    return out
