@@ -181,3 +181,6 @@ class PackedLoss:
             logits, labels, reduction=self.reduction, cu_seqlens=cu, num_items=num_items,
             labels_shifted=bool(batch.get("labels_shifted", self.labels == "shifted")),
         )  # fmt: skip
+
+
+__all__ = ["PackedLoss", "packed_cross_entropy"]
