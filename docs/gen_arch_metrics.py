@@ -58,7 +58,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "torch": {"integrations"},  # facade
     "_config_files": set(),
     "config": _BELOW_CONFIG | {"_config_files", "_build"},
-    "_build": _BELOW_CONFIG | {"config"},
+    "_build": set(_BELOW_CONFIG),  # the builders PackingConfig mixes in: config imports _build, not back
     "verify": _BELOW_CONFIG | {"config", "_build"},
     "__init__": {"plan", "pipeline", "config"},  # packwise/__init__.py: lazy top-level names
     "cli": None,  # everything (thin)
@@ -284,12 +284,21 @@ def public_names(src: Path = SRC) -> dict[str, tuple[str, object]]:
     return out
 
 
+def _examples(obj, name: str, globs: dict) -> list:
+    """The object's own doctests that have at least one example not marked ``+SKIP``."""
+    finder = doctest.DocTestFinder(recurse=False)
+    tests = finder.find(obj, name, globs=dict(globs))
+    return [t for t in tests if any(not e.options.get(doctest.SKIP) for e in t.examples)]
+
+
+def _has_example(obj, name: str, globs: dict) -> bool:
+    return bool(_examples(obj, name, globs))
+
+
 def _runs(obj, name: str, globs: dict) -> bool | None:
     """True: the object's own doctest runs clean; False: it fails; None: it has none."""
-    finder = doctest.DocTestFinder(recurse=False)
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    skip = doctest.SKIP
-    tests = [t for t in finder.find(obj, name, globs=dict(globs)) if any(not e.options.get(skip) for e in t.examples)]
+    tests = _examples(obj, name, globs)
     if not tests:  # no example, or every example skipped
         return None
     runner = doctest.DocTestRunner(optionflags=flags, verbose=False)
@@ -308,10 +317,8 @@ def doctest_coverage(names: dict[str, tuple[str, object]], *, run: bool = True) 
         module = importlib.import_module(mod)
         if inspect.isclass(obj) or inspect.isroutine(obj):
             doc = inspect.getdoc(obj) or ""
-            if ">>>" not in doc:
-                out[full] = None
-            else:
-                out[full] = _runs(obj, full, vars(inspect.getmodule(obj) or module)) if run else True
+            globs = vars(inspect.getmodule(obj) or module)
+            out[full] = _runs(obj, full, globs) if run else (_has_example(obj, full, globs) or None)
             continue
         doc = module.__doc__ or ""
         examples = "\n".join(line for line in doc.splitlines() if line.strip().startswith((">>>", "...")))

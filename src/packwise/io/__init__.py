@@ -1,7 +1,7 @@
 """Input readers and the packed-dataset writer/loader (pyarrow).
 
 ``__all__`` is the user API. The other names imported here (marked ``noqa: F401``) are the layer API: what
-the pipeline, report, the integrations and the CLI import from ``io`` instead of reaching into ``io._*``.
+the pipeline, report, the integrations and the CLI import from this facade instead of its private modules.
 """
 
 from ._output import OutputDir, claim_output, register_files  # noqa: F401

@@ -10,7 +10,8 @@ from ._media import image_digest, resolve_media_path, with_media_root  # noqa: F
 from ._overflow import OVERFLOW_POLICIES, Overflow, OverflowCounts, apply_overflow  # noqa: F401
 from ._pack import pack_columns, pack_dataset, resolve_chat_template  # noqa: F401
 from ._report import PackReport
-from ._samples import Samples  # noqa: F401
-from ._table import PackedColumns
+from ._samples import Samples, tokenize_rows  # noqa: F401
+from ._table import PackedColumns  # noqa: F401
+from ._tokens import TRL_MASKS, real_span, tokens_from_rows  # noqa: F401
 
-__all__ = ["PackReport", "PackedColumns", "pack_columns", "pack_dataset"]
+__all__ = ["PackReport", "pack_dataset"]

@@ -2,7 +2,7 @@
 loss masks from the template's assistant spans. Needs the ``hf`` extra.
 
 ``__all__`` is the user API. The other names imported here (marked ``noqa: F401``) are the layer API: what
-the pipeline, multimodal and verify import from ``tokenize`` instead of reaching into ``tokenize._*``.
+the pipeline, multimodal and verify import from this facade instead of its private modules.
 """
 
 from ._chat import LossOn, encode_chats, encode_prompt_completion  # noqa: F401

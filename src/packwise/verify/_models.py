@@ -114,8 +114,7 @@ def load_documents(
         ValueError: a missing file, a bad row (named by line and field), or fewer than ``num_docs`` documents.
     """
     from ..io import RawInput, detect_kind, parse_line
-    from ..pipeline._samples import tokenize_rows
-    from ..pipeline._tokens import tokens_from_rows
+    from ..pipeline import tokenize_rows, tokens_from_rows
     from ..tokenize import chatml_template
 
     if data == "chitchat":
@@ -164,8 +163,7 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
 
     from ..io import RawInput
     from ..multimodal import VisionSpec, process_images
-    from ..pipeline import chitchat_conversations
-    from ..pipeline._samples import tokenize_rows
+    from ..pipeline import chitchat_conversations, tokenize_rows
 
     folder = Path(tempfile.mkdtemp(prefix="packwise-images-"))
     rows = []
