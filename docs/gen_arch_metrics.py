@@ -62,8 +62,9 @@ ALLOWED: dict[str, set[str] | None] = {
     "verify": _BELOW_CONFIG | {"config", "_build"},
     "__init__": {"plan", "pipeline", "config"},  # packwise/__init__.py: lazy top-level names
     "cli": None,  # everything (thin)
+    "_renamed": set(),  # old import paths of renamed modules (RENAME_PLAN.md); imports nothing of packwise
 }
-LEAF = {"constants"}
+LEAF = {"constants", "_renamed"}
 
 
 @dataclass(frozen=True)
