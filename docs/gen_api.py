@@ -19,6 +19,7 @@ MODULES = [
     "packwise.loss",
     "packwise.torch",
     "packwise.stream",
+    "packwise.report",
     "packwise.verify",
     "packwise.multimodal",
     "packwise.config",
@@ -46,13 +47,29 @@ def _signature(obj) -> str:
         return ""
 
 
+def _homes() -> dict[int, str]:
+    """id(object) -> the dotted name it is documented under: its first facade in MODULES other than the top
+    ``packwise`` (which re-exports a few names for convenience)."""
+    homes: dict[int, str] = {}
+    for name in [*MODULES[1:], MODULES[0]]:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr in _public(module):
+            homes.setdefault(id(getattr(module, attr, None)), f"{name}.{attr}")
+    return homes
+
+
 def render() -> str:
     out = [
         "# API reference",
         "",
-        "Generated from the docstrings by `python docs/gen_api.py` (a test keeps it current).",
+        "Generated from the docstrings by `python docs/gen_api.py` (a test keeps it current). Each module lists",
+        "its `__all__`, the user API; the other names a facade imports are for packwise's own layers.",
         "",
     ]
+    homes = _homes()
     for name in MODULES:
         try:
             module = importlib.import_module(name)
@@ -66,6 +83,10 @@ def render() -> str:
             if obj is None or not (inspect.isclass(obj) or inspect.isfunction(obj)):
                 continue
             kind = "class" if inspect.isclass(obj) else "def"
+            home = homes.get(id(obj), f"{name}.{attr}")
+            if home != f"{name}.{attr}":
+                out += [f"### `{kind} {attr}`", "", f"Re-exported: see `{home}`.", ""]
+                continue
             out += [f"### `{kind} {attr}{_signature(obj)}`", ""]
             text = inspect.getdoc(obj) or "(no docstring)"
             out += [text, ""]

@@ -19,7 +19,7 @@ _EXPORTS = {
     "PackingConfig": "packwise.config",
     "Topology": "packwise.config",
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["PackPlan", "PackReport", "PackingConfig", "__version__", "pack_dataset", "plan_packs"]
 
 
 def __getattr__(name: str):

@@ -68,8 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ._build import ConfigBuilders
 from ._config_files import MAX_CONFIG_BYTES, _config_error, _json_no_duplicates, _load_yaml, _merge, _one_line
-from .plan import alignment_multiple
-from .plan._api import ALGORITHM_OPTIONS, MAX_CAPACITY, check_algorithm_options, resolve_algorithm
+from .plan import ALGORITHM_OPTIONS, MAX_CAPACITY, alignment_multiple, check_algorithm_options, resolve_algorithm
 
 
 class _Frozen(BaseModel):
@@ -77,7 +76,17 @@ class _Frozen(BaseModel):
 
 
 class Topology(_Frozen):
-    """Parallelism of the consumer: tensor, context and pipeline parallel sizes, sequence parallel, FP8."""
+    """Parallelism of the consumer: tensor, context and pipeline parallel sizes, sequence parallel, FP8.
+
+    The topology sets the default per-sequence alignment of :class:`PackingConfig` (``alignment=None``).
+
+    Example:
+        >>> from packwise.config import PackingConfig, Topology
+        >>> PackingConfig(topology=Topology(cp=2)).resolved_alignment  # 2·cp: CP splits each sequence in 2·cp
+        4
+        >>> PackingConfig(topology={"tp": 2, "sequence_parallel": True}).resolved_alignment
+        2
+    """
 
     tp: int = Field(1, ge=1, strict=True)
     cp: int = Field(1, ge=1, strict=True)
@@ -141,11 +150,27 @@ class PackingConfig(ConfigBuilders, _Frozen):
         consumer: what the model needs (MRoPE -> :meth:`collator`; MTP -> rules and the collator's media
             guard; ``varlen_only`` -> rules); ``multimodal``: image sizing (offline pipeline).
 
+        tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
+        skip_bad_rows: as in ``packwise pack``.
+
     Builders (see :class:`packwise._build.ConfigBuilders`): ``plan_kwargs``, ``assemble_kwargs``,
     ``collate_kwargs``, ``pipeline_kwargs``, ``assemble``, ``collator``, ``data_collator``, ``stream``,
     ``loader``, ``loss``, ``shard``, ``packed_seq_params``, ``energon_settings``.
-        tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
-        skip_bad_rows: as in ``packwise pack``.
+
+    Raises:
+        pydantic.ValidationError (a ``ValueError``): a value out of range or rules that contradict each
+        other, naming the field, the value and the fix.
+
+    Example:
+        >>> from packwise import PackingConfig
+        >>> cfg = PackingConfig(capacity=16, overflow="split", algorithm="ffd")
+        >>> cfg.algorithm, cfg.plan_kwargs()["capacity"]
+        ('first_fit_decreasing', 16)
+        >>> try:
+        ...     PackingConfig(capacity=0)
+        ... except ValueError as e:
+        ...     print(type(e).__name__, e.errors()[0]["loc"])
+        ValidationError ('capacity',)
     """
 
     capacity: int = Field(4096, ge=1, le=MAX_CAPACITY, strict=True)
@@ -379,3 +404,6 @@ class PackingConfig(ConfigBuilders, _Frozen):
             ),
             **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
         }
+
+
+__all__ = ["PackingConfig", "Topology"]

@@ -1,6 +1,9 @@
-"""Hugging Face integration (re-exported from ``packwise.integrations.hf``)."""
+"""Hugging Face integration: the home of the HF names (implemented in ``packwise.integrations.hf``).
 
-from .integrations.hf import (
+``__all__`` is the user API; the other names imported here (``noqa: F401``) stay importable for code that
+used them."""
+
+from .integrations.hf import (  # noqa: F401
     PackedDataCollator,
     PackingRefused,
     attention_name,
@@ -10,12 +13,4 @@ from .integrations.hf import (
     use_packed_attention,
 )
 
-__all__ = [
-    "PackedDataCollator",
-    "PackingRefused",
-    "attention_name",
-    "packwise_attention_forward",
-    "position_offset",
-    "register_packed_attention",
-    "use_packed_attention",
-]
+__all__ = ["PackedDataCollator", "PackingRefused", "use_packed_attention"]

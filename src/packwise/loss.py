@@ -200,3 +200,6 @@ class PackedLoss:
             logits, labels, reduction=self.reduction, cu_seqlens_padded=cu_padded, num_items=num_items,
             labels_shifted=bool(batch.get("labels_shifted", self.labels == "shifted")),
         )  # fmt: skip
+
+
+__all__ = ["PackedLoss", "packed_cross_entropy"]

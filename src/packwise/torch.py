@@ -1,4 +1,4 @@
-"""PyTorch data loading for packed datasets (re-exported from ``packwise.integrations.torch_data``)."""
+"""PyTorch data loading for packed datasets (implemented in ``packwise.integrations.torch_data``)."""
 
 from .integrations.torch_data import DistributedPackSampler, PackedParquetDataset
 

@@ -1,33 +1,27 @@
 """Assembly: execute a plan into torch tensors — THD packs, batches, context-parallel shards, Megatron
-params. Planning decided; nothing here decides membership."""
+params. Planning decided; nothing here decides membership.
 
-from ._batch import BATCH_KEYS, NON_TOKEN_KEYS, PackedBatch
-from ._collate import EMIT, Layout, collate_packs
+``__all__`` is the user API; the other names imported here (``noqa: F401``) are the layer API the
+integrations, stream and config use."""
+
+from ._batch import BATCH_KEYS, MEDIA_KEYS, NON_TOKEN_KEYS, PackedBatch  # noqa: F401
+from ._collate import EMIT, Layout, collate_packs  # noqa: F401
 from ._collator import PackCollator
-from ._cp import cp_indices, shard_for_context_parallel, unshard_context_parallel
+from ._cp import cp_indices, shard_for_context_parallel, unshard_context_parallel  # noqa: F401
 from ._flatten import flatten_padded_batch
 from ._fused import assemble_batch
-from ._labels import Labels, shift_labels, unshift_labels
+from ._labels import Labels, shift_labels, unshift_labels  # noqa: F401
 from ._megatron import to_packed_seq_params
 from ._pack import PackedSequence, assemble_pack
 
 __all__ = [
-    "BATCH_KEYS",
-    "EMIT",
-    "NON_TOKEN_KEYS",
-    "Labels",
-    "Layout",
     "PackCollator",
     "PackedBatch",
     "PackedSequence",
     "assemble_batch",
     "assemble_pack",
     "collate_packs",
-    "cp_indices",
     "flatten_padded_batch",
     "shard_for_context_parallel",
-    "shift_labels",
     "to_packed_seq_params",
-    "unshard_context_parallel",
-    "unshift_labels",
 ]

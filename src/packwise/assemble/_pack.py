@@ -50,6 +50,12 @@ class PackedSequence:
         media: per-sample tensors that are not per token — ``pixel_values (patches, D)``, ``image_grid_thw
             (images, 3)`` (and the video twins) — concatenated in sequence order.
         labels_shifted: the label convention of ``labels`` (False: HF, unshifted; True: Megatron, shifted).
+
+    Example:
+        >>> from packwise.assemble import assemble_pack
+        >>> pack = assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
+        >>> pack.input_ids.tolist(), pack.labels.tolist(), pack.position_ids.tolist(), pack.total_tokens
+        ([1, 2, 3, 4, 5], [-100, 2, 3, -100, 5], [0, 1, 2, 0, 1], 5)
     """
 
     input_ids: torch.Tensor | None

@@ -1,5 +1,16 @@
-"""Varlen attention that isolates packed documents, on every backend (torch)."""
+"""Varlen attention that isolates packed documents, on every backend (torch).
 
-from ._varlen import BACKENDS, FEATURES, Backend, attend, available_backends, resolve_backend, varlen_attention
+``__all__`` is the user API; the other names imported here (``noqa: F401``) are the layer API the HF
+integration and config use."""
 
-__all__ = ["BACKENDS", "FEATURES", "Backend", "attend", "available_backends", "resolve_backend", "varlen_attention"]
+from ._varlen import (  # noqa: F401
+    BACKENDS,
+    FEATURES,
+    Backend,
+    attend,
+    available_backends,
+    resolve_backend,
+    varlen_attention,
+)
+
+__all__ = ["available_backends", "varlen_attention"]

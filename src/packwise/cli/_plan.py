@@ -52,8 +52,7 @@ def plan(
 
     One row per capacity and algorithm: packs, lower bound L1, utilisation, excess over L1, planning time. Lengths over a capacity are clipped to it for that capacity (the caption counts them). first_fit_shuffle is left out of --algorithm all above 1,000,000 sequences, and with --histogram balanced_greedy_knapsack above 100,000,000 (name them to run them).
     """
-    from ..report import compare_plans, lengths_from_packed, read_lengths
-    from ..report._compare import parse_algorithms, parse_capacities
+    from ..report import compare_plans, lengths_from_packed, parse_algorithms, parse_capacities, read_lengths
 
     if (lengths is None) == (from_path is None):
         given = "both" if lengths else "neither"

@@ -55,8 +55,7 @@ def verify(
     import torch
 
     from ..hf import PackingRefused, use_packed_attention
-    from ..verify import TINY, check_equivalence, load_documents, load_model
-    from ..verify._families import FAMILIES
+    from ..verify import FAMILIES, TINY, check_equivalence, load_documents, load_model
 
     paths = list(dict.fromkeys(a.strip() for a in attn.split(",") if a.strip()))  # each path once
     unknown = [a for a in paths if a not in ATTN_PATHS]
@@ -77,8 +76,7 @@ def verify(
     tol = atol if atol is not None else (1e-5 if model in TINY or family in FAMILIES else 1e-4)
     if family in FAMILIES and model not in TINY:
         from ..tokenize import load_tokenizer
-        from ..verify._families import family_model
-        from ..verify._matrix import family_documents
+        from ..verify import family_documents, family_model
 
         tok = load_tokenizer("qwen2.5")
         torch.manual_seed(0)
@@ -88,11 +86,11 @@ def verify(
     if family in FAMILIES and model not in TINY:
         docs = family_documents(family, tok, net, num_docs=num_docs, max_tokens=max_tokens)
     elif model == "tiny-qwen2.5-vl":  # text-only and image documents mixed in one pack
-        from ..verify._models import load_multimodal_documents
+        from ..verify import load_multimodal_documents
 
         docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
     elif model == "tiny-qwen2.5-omni":  # text-only, image, audio and image + audio documents in one pack
-        from ..verify._models import load_omni_documents
+        from ..verify import load_omni_documents
 
         docs = load_omni_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
     else:

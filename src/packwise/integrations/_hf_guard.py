@@ -51,7 +51,17 @@ _POSITIONWISE = re.compile(
 
 
 class PackingRefused(ValueError):
-    """``use_packed_attention`` cannot make this model isolate packed documents; ``reason`` says why and how."""
+    """``use_packed_attention`` cannot make this model isolate packed documents; ``reason`` says why and how.
+
+    Example:
+        >>> from packwise.hf import PackingRefused, use_packed_attention
+        >>> from packwise.verify import family_model
+        >>> try:
+        ...     use_packed_attention(family_model("lfm2", 64))  # a convolutional mixer carries state
+        ... except PackingRefused as e:
+        ...     print(e.reason)
+        Lfm2ShortConv in model type 'lfm2' carries state along the sequence ... train it unpacked, ...
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -67,8 +67,7 @@ def add_video(row, sequences: list[dict], multimodal: dict, *, where: str) -> No
     """
     import torch
 
-    from ..multimodal import VisionSpec, mrope_position_ids
-    from ..multimodal._video import process_video, video_frames
+    from ..multimodal import VisionSpec, mrope_position_ids, process_video, video_frames
 
     fields = VisionSpec.__dataclass_fields__
     spec = VisionSpec(**{k: v for k, v in multimodal.items() if k in fields})

@@ -94,6 +94,26 @@ class PackwiseTaskEncoderMixin:
 
     ``packing_counts`` (per process: the worker's own encoder copy) sums ``buffers``, ``samples``, ``packs``
     and the overflow counts; every batch carries the counts of its own packs in ``batch["packing_counts"]``.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> import torch
+        >>> from megatron.energon import Sample, TaskEncoder
+        >>> from packwise.integrations.energon import PackwiseTaskEncoderMixin
+        >>> @dataclass
+        ... class Tokens(Sample):
+        ...     input_ids: torch.Tensor
+        >>> class Encoder(PackwiseTaskEncoderMixin, TaskEncoder):
+        ...     packing_capacity = 8
+        >>> enc = Encoder()
+        >>> buffer = [Tokens(__key__=str(i), __restore_key__=(), __subflavors__={}, input_ids=torch.arange(n))
+        ...           for i, n in enumerate((3, 5, 2))]
+        >>> groups = enc.select_samples_to_pack(buffer)  # best fit decreasing: 5 + 3 | 2
+        >>> sorted(sorted(s.__key__ for s in g) for g in groups)
+        [['0', '1'], ['2']]
+        >>> batch = enc.batch([p for g in groups for p in enc.pack_selected_samples(g)])
+        >>> batch["input_ids"].shape, batch["cu_seqlens"].tolist()
+        (torch.Size([1, 10]), [0, 5, 8, 10])
     """
 
     packing_capacity: int = 0
@@ -374,3 +394,6 @@ class PackwiseTaskEncoderMixin:
 
 def _tensor(value) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+
+
+__all__ = ["PackwiseTaskEncoderMixin"]

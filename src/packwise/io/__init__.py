@@ -1,17 +1,35 @@
-"""Input readers and the packed-dataset writer/loader (pyarrow)."""
+"""Input readers and the packed-dataset writer/loader (pyarrow).
 
-from ._read import FORMATS, BadRow, Format, RawInput, detect_format, from_rows, read_input
-from ._write import load_packed, read_metadata, write_packed
+``__all__`` is the user API. The other names imported here (marked ``noqa: F401``) are the layer API: what
+the pipeline, report, the integrations and the CLI import from this facade instead of its private modules.
+"""
 
-__all__ = [
-    "FORMATS",
-    "BadRow",
-    "Format",
-    "RawInput",
-    "detect_format",
-    "from_rows",
-    "load_packed",
-    "read_input",
-    "read_metadata",
-    "write_packed",
-]
+from ._output import OutputDir, claim_output, register_files  # noqa: F401
+from ._read import (  # noqa: F401
+    FORMATS,
+    SKIP_HINT,
+    BadRow,
+    Format,
+    RawInput,
+    check_input_path,
+    check_jsonl_file,
+    detect_format,
+    detect_kind,
+    from_rows,
+    parquet_files,
+    parse_line,
+    read_input,
+)
+from ._write import (  # noqa: F401
+    FORMAT,
+    METADATA,
+    ROW_GROUP_PACKS,
+    load_packed,
+    packed_files,
+    read_metadata,
+    shard_name,
+    write_metadata,
+    write_packed,
+)
+
+__all__ = ["load_packed", "read_metadata"]

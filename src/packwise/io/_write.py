@@ -205,6 +205,14 @@ def read_metadata(path) -> dict:
 
     Raises:
         ValueError: ``path`` is not a packwise packed dataset.
+
+    Example:
+        >>> import tempfile, pyarrow as pa
+        >>> d = tempfile.mkdtemp() + "/out"
+        >>> _ = write_packed(d, [pa.table({"input_ids": [[1, 2], [3]]})], 1, {"capacity": 2})
+        >>> meta = read_metadata(d)
+        >>> meta["capacity"], meta["format"], [s["packs"] for s in meta["shards"]]
+        (2, 'packwise-packed-v1', [2])
     """
     path = Path(path)
     _finish_interrupted(path)

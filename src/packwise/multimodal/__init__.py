@@ -1,26 +1,14 @@
 """Multimodal packing (Qwen2/2.5-VL images and video; Qwen2-Audio / Qwen2.5-Omni audio): media sized, tokenized, packed
-with MRoPE and kept in step with their tokens."""
+with MRoPE and kept in step with their tokens.
 
-from ._audio import AudioSpec, audio_features, load_audio, omni_position_ids
-from ._chat import PLACEHOLDER, expand_images, is_multimodal
+``__all__`` is the user API. The other names imported here (marked ``noqa: F401``) are the layer API: what
+the pipeline, tokenize and the integrations import from ``multimodal`` instead of reaching into ``multimodal._*``.
+"""
+
+from ._audio import AudioSpec, audio_features, load_audio, omni_position_ids  # noqa: F401
+from ._chat import PLACEHOLDER, audio_tokens_known, expand_images, is_multimodal  # noqa: F401
 from ._encode import encode_media_chat
-from ._images import VisionSpec, image_grid, load_image, mrope_position_ids, process_images
-from ._video import process_video, video_grid
+from ._images import VisionSpec, image_grid, load_image, mrope_position_ids, process_images  # noqa: F401
+from ._video import process_video, video_frames, video_grid  # noqa: F401
 
-__all__ = [
-    "PLACEHOLDER",
-    "AudioSpec",
-    "VisionSpec",
-    "audio_features",
-    "encode_media_chat",
-    "expand_images",
-    "image_grid",
-    "is_multimodal",
-    "load_audio",
-    "load_image",
-    "mrope_position_ids",
-    "omni_position_ids",
-    "process_images",
-    "process_video",
-    "video_grid",
-]
+__all__ = ["AudioSpec", "VisionSpec", "encode_media_chat"]

@@ -30,6 +30,12 @@ class AudioSpec:
         chunk_length: seconds per feature window (30 → 3,000 frames).
         audio_token_id, audio_start_token_id, audio_end_token_id: ``<|AUDIO|>``, ``<|audio_bos|>``,
             ``<|audio_eos|>`` in the Qwen2.5-Omni vocabulary (151646, 151647, 151648).
+
+    Example:
+        >>> from packwise.multimodal import AudioSpec
+        >>> spec = AudioSpec()
+        >>> spec.max_frames, spec.tokens(3000)  # mel frames of a 30 s window; its audio tokens
+        (3000, 750)
     """
 
     sampling_rate: int = 16000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io._read import BadRow
+from ..io import BadRow
 from ._audio import AudioSpec, audio_features, load_audio
 from ._images import VisionSpec, image_grid, load_image
 
@@ -37,7 +37,7 @@ def _media_path(path, base_dir: Path | None, spec: VisionSpec, where: str, field
     Raises:
         BadRow: naming the row, the field, the path and the fix.
     """
-    from ..pipeline._media import resolve_media_path
+    from ..pipeline import resolve_media_path
 
     root = spec.media_root if spec.media_root is not None else base_dir  # base_dir: the input's folder
     return resolve_media_path(path, base=base_dir, media_root=root, where=where, field=field, kind=kind)

@@ -57,8 +57,8 @@ def encode_media_chat(
     """
     import torch
 
+    from ..tokenize import check_chats, special_token_pattern
     from ..tokenize._chat import _encode_chats
-    from ..tokenize._literal import check_chats, special_token_pattern
 
     vision, audio = vision or VisionSpec(), audio or AudioSpec()
 

@@ -31,6 +31,14 @@ class VisionSpec:
         image_token_id, vision_start_token_id, vision_end_token_id: Qwen2.5 special tokens.
         media_root: the folder images must be inside; relative image paths are relative to it (None: the
             input file's folder — see ``packwise.pipeline._media.resolve_media_path``).
+
+    Example:
+        >>> from PIL import Image
+        >>> from packwise.multimodal import VisionSpec, image_grid
+        >>> spec = VisionSpec(max_pixels=448 * 448)
+        >>> t, h, w = image_grid(Image.new("RGB", (448, 448)), spec)  # 32 x 32 patches of 14 px
+        >>> (t, h, w), t * h * w // spec.merge_size**2  # image tokens in the sequence
+        ((1, 32, 32), 256)
     """
 
     min_pixels: int = QWEN2VL_MIN_PIXELS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..io._read import RawInput
+from ..io import RawInput
 from ..tokenize import package_dir
 
 CHITCHAT = "chitchat-dataset==0.9.0"

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import IGNORE_INDEX
-from ..io._read import BadRow
+from ..io import BadRow
 from ..multimodal import AudioSpec, VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"

@@ -19,6 +19,14 @@ class PackReport:
     Loss tokens are *targets*: labels != -100 after a sample's first token (HF shifts labels, so a sample's
     first label is never a target and is normalised to -100 on read). ``pad_tokens_removed``: padding
     (``attention_mask == 0``) stripped from pre-tokenized rows before anything is counted as read.
+
+    Example:
+        >>> from packwise import pack_dataset
+        >>> _, report = pack_dataset([{"input_ids": [1, 2, 3, 4, 5]}, {"input_ids": [6, 7]}], capacity=4)
+        >>> report.tokens_read, report.tokens_packed, report.tokens_truncated, report.samples_truncated
+        (7, 6, 1, 1)
+        >>> report.packs, report.to_dict()["capacity"]
+        (2, 4)
     """
 
     input: str

@@ -2,6 +2,9 @@
 
 Notation: ``N`` sequences, ``P`` packs, ``T`` tokens, ``C`` capacity (tokens per pack).
 
+``__all__`` is the user API. The other names imported here (marked ``noqa: F401``) are the layer API: what
+config, stream, report and the integrations import from the planner instead of reaching into ``plan._*``.
+
 Example:
     >>> from packwise.plan import plan_packs
     >>> plan = plan_packs([3, 7, 2, 5], capacity=8)
@@ -9,29 +12,29 @@ Example:
     ([[1], [3, 0], [2]], 0.708333...)
 """
 
-from ._align import align_lengths, alignment_multiple
-from ._api import ALGORITHM_OPTIONS, ALGORITHMS, ALIASES, Algorithm, plan_packs, resolve_algorithm
-from ._distribute import RankAssignment, assign_to_ranks, distribute, pack_costs
+from ._align import align_lengths, alignment_multiple  # noqa: F401
+from ._api import (  # noqa: F401
+    ALGORITHM_OPTIONS,
+    ALGORITHMS,
+    ALIASES,
+    MAX_CAPACITY,
+    Algorithm,
+    as_lengths,
+    check_algorithm_options,
+    plan_packs,
+    resolve_algorithm,
+)
+from ._distribute import Cost, RankAssignment, assign_to_ranks, distribute, pack_costs  # noqa: F401
 from ._histogram import HistogramPlan
-from ._histogram_plan import HISTOGRAM_ALGORITHMS, plan_histogram
+from ._histogram_plan import HISTOGRAM_ALGORITHMS, plan_histogram  # noqa: F401
 from ._plan import PackingMetrics, PackPlan
 
 __all__ = [
-    "ALGORITHMS",
-    "ALGORITHM_OPTIONS",
-    "ALIASES",
-    "HISTOGRAM_ALGORITHMS",
-    "Algorithm",
     "HistogramPlan",
     "PackPlan",
     "PackingMetrics",
-    "RankAssignment",
-    "align_lengths",
     "alignment_multiple",
-    "assign_to_ranks",
     "distribute",
-    "pack_costs",
     "plan_histogram",
     "plan_packs",
-    "resolve_algorithm",
 ]

@@ -46,6 +46,12 @@ class PackingMetrics:
         speedup_vs_capacity: N / P.
         speedup_ceiling: N * C / total_tokens = 1 / (1 - waste of pad-to-capacity) (Krell et al. 2021).
         speedup_ceiling_vs_longest: pad_to_longest_tokens / total_tokens.
+
+    Example:
+        >>> from packwise.plan import plan_packs
+        >>> m = plan_packs([3, 7, 2, 5], capacity=8).metrics()
+        >>> m.num_packs, m.lower_bound_packs, m.waste_tokens, round(m.utilisation, 4), m.speedup_vs_capacity
+        (3, 3, 7, 0.7083, 1.333...)
     """
 
     num_sequences: int

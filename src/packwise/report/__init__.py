@@ -3,10 +3,18 @@ one pack rendered for inspection; planner comparisons over algorithms and capaci
 
 Depends on plan, io and pipeline; matplotlib (the ``plot`` extra) and the tokenizer (the ``hf`` extra) are
 imported only when used.
+
+``__all__`` is the user API; the other names imported here (``noqa: F401``) are the layer API the CLI uses.
 """
 
-from ._compare import compare_plans, lengths_from_packed, read_lengths
-from ._files import (
+from ._compare import (  # noqa: F401
+    compare_plans,
+    lengths_from_packed,
+    parse_algorithms,
+    parse_capacities,
+    read_lengths,
+)
+from ._files import (  # noqa: F401
     REPORT_FORMAT,
     REPORT_JSON,
     REPORT_MD,
@@ -16,26 +24,8 @@ from ._files import (
     report_markdown,
     write_report,
 )
-from ._inspect import pack_view, render_pack
-from ._plots import PLOT_FILES, plot_dependency_error
-from ._stats import PackStats, read_pack_stats
+from ._inspect import pack_view, render_pack  # noqa: F401
+from ._plots import PLOT_FILES, plot_dependency_error  # noqa: F401
+from ._stats import PackStats, read_pack_stats  # noqa: F401
 
-__all__ = [
-    "PLOT_FILES",
-    "REPORT_FORMAT",
-    "REPORT_JSON",
-    "REPORT_MD",
-    "PackStats",
-    "compare_plans",
-    "lengths_from_packed",
-    "load_report",
-    "pack_view",
-    "plot_dependency_error",
-    "read_lengths",
-    "read_pack_stats",
-    "render_pack",
-    "report_dict",
-    "report_from_metadata",
-    "report_markdown",
-    "write_report",
-]
+__all__ = ["compare_plans", "write_report"]

@@ -9,8 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..plan import ALGORITHMS, plan_packs, resolve_algorithm
-from ..plan._api import as_lengths
+from ..plan import ALGORITHMS, as_lengths, plan_packs, resolve_algorithm
 
 #: Above this many sequences ``algorithms="all"`` leaves out first_fit_shuffle (item-level Python).
 FFS_LIMIT = 1_000_000
@@ -113,7 +112,7 @@ def lengths_from_packed(path) -> np.ndarray:
     """
     import pyarrow.parquet as pq
 
-    from ..io._write import packed_files
+    from ..io import packed_files
     from ._stats import read_pack_stats
 
     path = Path(path)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING
 from pathlib import Path
 
-from ..pipeline._report import PackReport
+from ..pipeline import PackReport
 from ..plan import PackingMetrics
 from ._plots import PLOT_TITLES, plot_dependency_error, write_plots
 from ._stats import FILL_BINS, LENGTH_BINS, PackStats, check_stats, histogram, read_pack_stats
@@ -60,7 +60,7 @@ def load_report(path) -> PackReport:
     Raises:
         ValueError: ``path`` does not exist or is not a packwise packed dataset.
     """
-    from ..io._write import METADATA, read_metadata
+    from ..io import METADATA, read_metadata
 
     path = Path(path)
     if not path.is_dir():
@@ -268,7 +268,7 @@ def write_report(out_dir, report: PackReport | Mapping | None = None, *, plots: 
     json_path, md_path = out_dir / REPORT_JSON, out_dir / REPORT_MD
     _write_atomic(json_path, json.dumps(data, indent=2) + "\n")
     _write_atomic(md_path, report_markdown(data))
-    from ..io._output import register_files
+    from ..io import register_files
 
     register_files(out_dir, [p.name for p in (json_path, md_path, *written)])  # --overwrite may replace them
     return [json_path, md_path, *written]

@@ -22,7 +22,7 @@ def read_pack_row(path, pack: int) -> tuple[dict, dict]:
     """
     import pyarrow.parquet as pq
 
-    from ..io._write import read_metadata
+    from ..io import read_metadata
 
     path = Path(path)
     if isinstance(pack, bool) or not isinstance(pack, int):

@@ -1,6 +1,6 @@
 """Streaming packing with bounded memory and exact resume (torch)."""
 
 from ._loader import PackingLoader
-from ._stream import PackingStream, StreamSourceError
+from ._stream import PackingStream, StreamSourceError  # noqa: F401
 
-__all__ = ["PackingLoader", "PackingStream", "StreamSourceError"]
+__all__ = ["PackingLoader", "PackingStream"]

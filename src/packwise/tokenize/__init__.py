@@ -1,24 +1,21 @@
 """Tokenization: tokenizers (built-in ``qwen2.5``, ``smollm2``, or a local directory), chat templates, and
-loss masks from the template's assistant spans. Needs the ``hf`` extra."""
+loss masks from the template's assistant spans. Needs the ``hf`` extra.
 
-from ._chat import LossOn, encode_chats, encode_prompt_completion
-from ._load import (
+``__all__`` is the user API. The other names imported here (marked ``noqa: F401``) are the layer API: what
+the pipeline, multimodal and verify import from this facade instead of its private modules.
+"""
+
+from ._chat import LossOn, encode_chats, encode_prompt_completion  # noqa: F401
+from ._literal import check_chats, special_token_pattern  # noqa: F401
+from ._load import (  # noqa: F401
     BUILTIN_TOKENIZERS,
+    SMOLLM2_GGUF,
     chatml_template,
+    load_chat_template,
     load_tokenizer,
     package_dir,
     tokenizer_fingerprint,
     tokenizer_name,
 )
 
-__all__ = [
-    "BUILTIN_TOKENIZERS",
-    "LossOn",
-    "chatml_template",
-    "encode_chats",
-    "encode_prompt_completion",
-    "load_tokenizer",
-    "package_dir",
-    "tokenizer_fingerprint",
-    "tokenizer_name",
-]
+__all__ = ["encode_chats", "load_tokenizer"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..io._read import BadRow
+from ..io import BadRow
 
 #: Vision placeholders: the pipeline checks them against the row's media (pipeline/_samples.py).
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -30,7 +30,7 @@ def special_token_pattern(tokenizer) -> re.Pattern | None:
     specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
-    from ..multimodal._audio import AudioSpec
+    from ..multimodal import AudioSpec
 
     a = AudioSpec()  # the audio placeholders' ids (Qwen2.5-Omni; the Qwen2.5 BPE's added tokens at those ids)
     media = set(VISION_TOKENS) | {

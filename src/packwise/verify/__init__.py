@@ -1,6 +1,18 @@
-"""Proof of isolation: packed vs alone logits, loss and gradients on real models (torch + transformers)."""
+"""Proof of isolation: packed vs alone logits, loss and gradients on real models (torch + transformers).
 
-from ._check import EquivalenceReport, check_equivalence
-from ._models import TINY, load_documents, load_model, tiny_config
+``__all__`` is the user API; the other names imported here (``noqa: F401``) are the layer API ``packwise
+verify`` (the CLI) uses."""
 
-__all__ = ["TINY", "EquivalenceReport", "check_equivalence", "load_documents", "load_model", "tiny_config"]
+from ._check import EquivalenceReport, check_equivalence  # noqa: F401
+from ._families import FAMILIES, family_model  # noqa: F401
+from ._matrix import family_documents  # noqa: F401
+from ._models import (  # noqa: F401
+    TINY,
+    load_documents,
+    load_model,
+    load_multimodal_documents,
+    load_omni_documents,
+    tiny_config,
+)
+
+__all__ = ["check_equivalence", "load_model"]

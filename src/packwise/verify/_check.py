@@ -174,6 +174,15 @@ def check_equivalence(
 
     Raises:
         ValueError: fewer than 2 documents, or a document shorter than 2 tokens.
+
+    Example:
+        >>> from packwise.hf import use_packed_attention
+        >>> from packwise.verify import check_equivalence, load_model
+        >>> model, _ = load_model("tiny-llama", num_hidden_layers=1)
+        >>> _ = use_packed_attention(model)
+        >>> report = check_equivalence(model, [[1, 2, 3, 4], [5, 6, 7]])
+        >>> report.isolated, report.loss_abs_diff <= report.atol
+        (True, True)
     """
     docs = _docs(sequences)
     if position_offset is None:

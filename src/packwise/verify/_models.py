@@ -50,13 +50,21 @@ def tiny_config(kind: str, vocab_size: int, **overrides):
 def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
     """``(model, tokenizer)`` in fp32 for ``tiny-llama``, ``tiny-qwen2``, ``smollm2`` or a local path.
 
+    ``tiny-*`` models are random-init, CPU-sized (``tiny_overrides`` replace config fields); ``smollm2`` is
+    read from the bundled GGUF file; nothing is downloaded.
+
     Raises:
         ValueError: an unknown name or a path that does not exist.
+
+    Example:
+        >>> from packwise.verify import load_model
+        >>> model, tok = load_model("tiny-llama", num_hidden_layers=1)
+        >>> type(model).__name__, model.config.num_hidden_layers, len(tok)
+        ('LlamaForCausalLM', 1, 151665)
     """
     from transformers import AutoModelForCausalLM
 
-    from ..tokenize import load_tokenizer, package_dir
-    from ..tokenize._load import SMOLLM2_GGUF
+    from ..tokenize import SMOLLM2_GGUF, load_tokenizer, package_dir
 
     if spec in TINY:
         tok = load_tokenizer("qwen2.5")
@@ -105,13 +113,12 @@ def load_documents(
     Raises:
         ValueError: a missing file, a bad row (named by line and field), or fewer than ``num_docs`` documents.
     """
-    from ..io._read import RawInput, detect_kind, parse_line
-    from ..pipeline._samples import tokenize_rows
-    from ..pipeline._tokens import tokens_from_rows
+    from ..io import RawInput, detect_kind, parse_line
+    from ..pipeline import tokenize_rows, tokens_from_rows
     from ..tokenize import chatml_template
 
     if data == "chitchat":
-        from ..pipeline._demo import chitchat_conversations
+        from ..pipeline import chitchat_conversations
 
         rows, numbers, name = [{"messages": c} for c in chitchat_conversations()[:num_docs]], None, "chitchat"
     else:
@@ -154,10 +161,9 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
     except ImportError:
         raise ValueError("the image documents are scikit-image sample photos: pip install 'packwise[images]'") from None
 
-    from ..io._read import RawInput
+    from ..io import RawInput
     from ..multimodal import VisionSpec, process_images
-    from ..pipeline._demo import chitchat_conversations
-    from ..pipeline._samples import tokenize_rows
+    from ..pipeline import chitchat_conversations, tokenize_rows
 
     folder = Path(tempfile.mkdtemp(prefix="packwise-images-"))
     rows = []
@@ -249,7 +255,7 @@ def load_omni_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels
     except ImportError:
         raise ValueError("the image documents are scikit-image sample photos: pip install 'packwise[images]'") from None
     from ..multimodal import VisionSpec, encode_media_chat
-    from ..pipeline._demo import chitchat_conversations
+    from ..pipeline import chitchat_conversations
 
     spec, convs, docs = VisionSpec(max_pixels=max_pixels), chitchat_conversations(), []
     for i in range(num_docs):
