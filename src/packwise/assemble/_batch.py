@@ -84,7 +84,14 @@ HF_KEYS = tuple(k for k, (_, hf) in BATCH_KEYS.items() if hf)
 class PackedBatch(TypedDict, total=False):
     """A batch of packs (``collate_packs``): ``P`` packs, ``T`` tokens in the row (thd: ``[1, T]``; padded:
     ``[P, S]``), ``M`` segments (documents plus one per tail padding). Extra per-token columns of the input
-    (``mm_token_type_ids``, ...) appear under their own names with the shape of ``labels``."""
+    (``mm_token_type_ids``, ...) appear under their own names with the shape of ``labels``.
+
+    Example:
+        >>> from packwise.assemble import assemble_pack, collate_packs
+        >>> batch = collate_packs([assemble_pack([[1, 2, 3], [4, 5]])])
+        >>> batch["cu_seqlens"].tolist(), batch["input_ids"].shape
+        ([0, 3, 5], torch.Size([1, 5]))
+    """
 
     input_ids: torch.Tensor  #: ``[1, T]`` / ``[P, S]`` int64 (HF convention; absent under ``tokens``)
     labels: torch.Tensor  #: ``[1, T]`` / ``[P, S]`` int64, -100 = no loss, convention in ``labels_shifted``
