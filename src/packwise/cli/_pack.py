@@ -97,8 +97,7 @@ def pack(
     from ..config import PackingConfig
     from ..io._output import OutputDir
     from ..io._read import check_input_path
-    from ..io._write import write_packed
-    from ..pipeline import pack_columns
+    from ..pipeline import pack_columns, write_packs
     from ..pipeline._demo import chitchat_input
     from ..report import plot_dependency_error, write_report
 
@@ -134,13 +133,7 @@ def pack(
             )  # fmt: skip
         else:
             packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
-            t = time.perf_counter()
-            n = packed.num_packs
-            bounds = list(range(0, n, packs_per_shard)) or [0]
-            tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
-            advance = progress("write", n) if progress else None
-            write_packed(dest, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
-            report.timings["write"] = time.perf_counter() - t
+            write_packs(packed, report, dest, packs_per_shard=packs_per_shard, overwrite=overwrite, progress=progress)
         report_files = []
         if write_report_files:
             t = time.perf_counter()
@@ -176,13 +169,6 @@ CONFIG_FLAGS = (
 def _from_command_line(ctx: typer.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name == "COMMANDLINE"
-
-
-def metadata(report) -> dict:
-    """``metadata.json`` content: the report without timings (so the output is reproducible byte for byte)."""
-    meta = report.to_dict()
-    meta.pop("timings", None)
-    return meta
 
 
 pack.__doc__ = inspect.cleandoc(pack.__doc__ or "") + "\n" + EXAMPLES

@@ -102,9 +102,7 @@ def write_packed(
         tmp = dest.staging()
         shards = []
         for i, table in enumerate(tables):
-            name = shard_name(i, num_shards)
-            pq.write_table(table, tmp / name, row_group_size=ROW_GROUP_PACKS)
-            shards.append({"file": name, "packs": table.num_rows})
+            shards.append(write_shard(table, str(tmp / shard_name(i, num_shards))))
             if on_shard is not None:
                 on_shard(table.num_rows)
         if len(shards) != num_shards:
@@ -118,10 +116,21 @@ def write_packed(
     return dest.path
 
 
+def write_shard(table: pa.Table, path: str, *, filesystem=None) -> dict:
+    """One shard (one row per pack) as Parquet at ``path`` (on ``filesystem``, a pyarrow filesystem, when
+    given), as every engine writes it; returns its ``metadata.json`` entry ``{"file", "packs"}``."""
+    pq.write_table(table, path, filesystem=filesystem, row_group_size=ROW_GROUP_PACKS)
+    return {"file": path.rsplit("/", 1)[-1], "packs": table.num_rows}
+
+
+def metadata_text(metadata: dict, shards: list[dict]) -> str:
+    """``metadata.json``'s text: ``format``, the settings and counts, ``shards`` (sorted keys: reproducible)."""
+    return json.dumps({"format": FORMAT, **metadata, "shards": shards}, indent=2, sort_keys=True) + "\n"
+
+
 def write_metadata(directory: Path, metadata: dict, shards: list[dict]) -> None:
     """``metadata.json`` (``format``, the settings and counts, ``shards``) into ``directory``."""
-    meta = {"format": FORMAT, **metadata, "shards": shards}
-    (directory / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (directory / METADATA).write_text(metadata_text(metadata, shards))
 
 
 def read_metadata(path) -> dict:
