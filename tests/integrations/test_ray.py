@@ -12,11 +12,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from packwise.cli._pack import metadata  # noqa: E402
 from packwise.integrations import ray as ray_engine  # noqa: E402
 from packwise.integrations.ray import pack_ray  # noqa: E402
-from packwise.io._write import write_packed  # noqa: E402
-from packwise.pipeline import pack_columns  # noqa: E402
+from packwise.pipeline import pack_columns, write_packs  # noqa: E402
 from packwise.pipeline._demo import chitchat_conversations  # noqa: E402
 
 
@@ -36,11 +34,12 @@ def rows():
 def local_output(data, out, packs_per_shard=10_000, **options):
     """What ``packwise pack`` writes (the CLI's own write path), for in-memory rows as well as paths."""
     packed, report = pack_columns(data, **options)
-    n = packed.num_packs
-    bounds = list(range(0, n, packs_per_shard)) or [0]
-    tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
-    write_packed(out, tables, len(bounds), metadata(report))
+    write_packs(packed, report, out, packs_per_shard=packs_per_shard)
     return report
+
+
+def metadata(report):
+    return report.metadata()
 
 
 def same_files(a, b, *, metadata=True, local_only=(".packwise.lock",)):
@@ -300,7 +299,7 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     def no_lengths(*args, **kwargs):
         raise AssertionError("the driver planned from per-row lengths")
 
-    monkeypatch.setattr(_ray_driver, "plan_packs", no_lengths)
+    monkeypatch.setattr(_ray_driver, "plan", no_lengths)
     options = {"capacity": 1024, "alignment": 8, "max_sequences_per_pack": 3, "min_packs": 150}
     options |= {"overflow": "split", "packs_per_shard": 20}
     report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
