@@ -274,7 +274,25 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
     from packwise.cli import main
 
     assert main(["pack", "-o", str(tmp_path / "o"), "--num-cpus", "2"]) == 1
-    assert "--ray-address and --num-cpus apply to --engine ray" in capsys.readouterr().err
+    assert "--ray-address, --num-cpus and --runtime-env apply to --engine ray" in capsys.readouterr().err
+    assert main(["pack", "s3://bkt/in.jsonl", "-o", str(tmp_path / "o")]) == 1
+    assert "s3://bkt/in.jsonl: URIs (s3://... or any pyarrow filesystem) need --engine ray" in capsys.readouterr().err
+    assert main(["pack", "-o", "gs://bkt/out/"]) == 1
+    assert "gs://bkt/out/: URIs" in capsys.readouterr().err
+    for env, message in [
+        ("{'pip': 1}", "--runtime-env: not valid JSON"),
+        ("[1]", "neither JSON text (starting with '{') nor a JSON file"),
+        ('{"pip": ["x"]', "--runtime-env: not valid JSON"),
+    ]:
+        assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "ray", "--runtime-env", env]) == 1
+        assert message in capsys.readouterr().err
+    (tmp_path / "env.json").write_text("[1]")
+    assert (
+        main(["pack", "-o", str(tmp_path / "o"), "--engine", "ray", "--runtime-env", str(tmp_path / "env.json")]) == 1
+    )
+    assert f"--runtime-env {tmp_path / 'env.json'}: must be a JSON object (Ray's runtime_env), got list" in (
+        capsys.readouterr().err
+    )
     assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 1
     assert "--engine 'spark': use local or ray" in capsys.readouterr().err
 
