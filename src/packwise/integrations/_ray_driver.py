@@ -34,12 +34,12 @@ def _check(stats: list[PieceStats], name: str, skip: bool) -> tuple[PieceCounts,
     return counts, [msg for *_, msg in errors[:5]]
 
 
-def _plan(ray, stats: list[PieceStats], lengths: list, options: PackOptions):
+def _plan(stats: list[PieceStats], options: PackOptions):
     """The plan step on the driver: a :class:`HistogramPlan` from the pieces' length histograms (the driver
     never sees a per-sequence array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a
-    ``PackPlan`` from the lengths fetched in input order (O(N) driver memory: said in the docs)."""
+    ``PackPlan`` from the lengths pass 1 returned in input order (O(N) driver memory: said in the docs)."""
     if not plans_from_histogram(options):
-        real = [ray.get(r) for r, s in zip(lengths, stats) if s.counts.sequences]
+        real = [s.lengths for s in stats if s.counts.sequences]
         return plan(np.concatenate(real).astype(np.int64), options)
     counts = np.zeros(options.capacity + 1, dtype=np.int64)
     for s in stats:

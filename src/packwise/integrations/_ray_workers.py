@@ -39,7 +39,11 @@ class PieceJob:
     kind: str  # "chat", "prompt", "tokens", ... (io._read.detect_kind)
     template: str | None  # the chat template's text (resolved once, on the driver)
     digest_rows: bool  # sum per-row digests (a ray.data.Dataset has no file to fingerprint)
+    keep_lengths: bool = False  # pass 1 returns the (n,) lengths (order-dependent planners need them all)
     extra_names: list[str] | None = None  # per-token columns of the input's first good row
+
+    def with_extra_names(self, names: list[str] | None) -> PieceJob:
+        return PieceJob(self.name, self.kind, self.template, self.digest_rows, self.keep_lengths, names)
 
 
 @dataclass
@@ -55,6 +59,7 @@ class PieceStats:
     hist: tuple = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (lengths, counts) after overflow
     columns: dict = field(default_factory=dict)  # per-token column -> dtype
     first_columns: list | None = None  # pre-tokenized: per-token columns of the piece's first good row
+    lengths: np.ndarray | None = None  # (n,) int32, when the job keeps them
 
 
 def _rank(j: int, msg: str, n_parse: int, raw: RawInput) -> int:
@@ -89,7 +94,11 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
     planners) stay in the object store. Bad rows are always skipped here; the driver raises the first one
     as the local engine would when ``skip_bad_rows`` is off.
     """
+    import ray
+
     stats = PieceStats()
+    if isinstance(data, ray.ObjectRef):  # in-memory rows or a block, put in the object store by the driver
+        data = ray.get(data)
     try:
         raw = _read_piece(tag, data, meta, job.name, job.kind)
         stats.counts = PieceCounts(rows_read=raw.num_rows)
@@ -117,6 +126,26 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
     stats.hist = (values.astype(np.int32), count.astype(np.int64))
     stats.columns = {k: v.dtype.str for k, v in fitted.columns.items()}
     return stats, fitted if fitted.num_sequences else None, lengths
+
+
+def _place(piece: tuple, options: PackOptions, job: PieceJob, expect: tuple, hp, place, bounds, row_start: int,
+           seq_start: int, batch: int, first: bool):  # fmt: skip
+    """Worker, pass 2: the piece tokenized again (the same steps as pass 1) and its sequences cut by writer
+    group of this wave (see :func:`_split`); in the first wave also its ``(n,)`` lengths (for the plan hash)
+    and its share of the pad-to-longest baseline, else None for both.
+
+    Raises:
+        RuntimeError: the piece's length histogram differs from pass 1's (the input changed under the run).
+    """
+    stats, samples, lengths = _tokenize(*piece, options, job, False)
+    if samples is None or not all(np.array_equal(a, b) for a, b in zip(stats.hist, expect)):
+        why = stats.fatal or stats.too_long or "its sequence lengths differ"
+        raise RuntimeError(
+            f"{job.name}: rows {row_start}+ read differently in the second pass ({why}); the input changed "
+            "while packwise read it — pack a snapshot that does not change"
+        )
+    *parts, pad = _split(samples, hp, place, bounds, row_start, seq_start, batch)
+    return (*parts, pad if first else None, lengths if first else None)
 
 
 def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_start: int, seq_start: int, batch: int):

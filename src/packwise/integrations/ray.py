@@ -41,11 +41,12 @@ from ..io._output import claim_output
 from ..pipeline._options import PackOptions
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
-from ..pipeline._steps import PackedCounts, build_report, check_sequences, shard_bounds
+from ..pipeline._steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
+from ._ray_data import store_budget, tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_workers import PieceJob, WriteJob, _split, _tokenize, _write_group
+from ._ray_workers import PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
@@ -142,9 +143,9 @@ def pack_ray(
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        job = PieceJob(name, kind, template, digest_rows=fingerprint is None)
-        stats, samples, lengths = _tokenize_pieces(ray, pieces, ray.put(opts), job)
-        del pieces
+        keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
+        job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep)
+        stats, jobs = tokenize_pieces(ray, pieces, opts, job)
         if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
             fingerprint = f"{sum(s.digest for s in stats) % (1 << 64):016x}"
         elif not isinstance(fingerprint, str):
@@ -154,14 +155,15 @@ def pack_ray(
         timings["tokenize"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        plan = _plan(ray, stats, lengths, opts)
+        plan = _plan(stats, opts)
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
         tmp = out.start() if remote is not None else out.staging()
         writers: list = []
         try:
-            shards, fills, order, pad = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
+            work = (pieces, jobs, ray.put(opts))
+            shards, fills, order, pad, lengths = _assemble(ray, plan, stats, work, packs_per_shard, tmp, writers, cpus)
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
             report = build_report(
@@ -185,22 +187,6 @@ def pack_ray(
             raise
         timings["write"] = time.perf_counter() - t
     return report
-
-
-def _tokenize_pieces(ray, pieces: list, options, job: PieceJob) -> tuple[list, list, list]:
-    """The tokenize and overflow steps on every piece, on workers: ``(stats, samples refs, lengths refs)``.
-    Pre-tokenized rows take the per-token columns of the input's first good row: a piece that saw other
-    columns first runs again with those."""
-    task = ray.remote(_tokenize).options(num_returns=3)
-    refs = [task.remote(tag, data, meta, options, job, i == 0) for i, (tag, data, meta) in enumerate(pieces)]
-    stats = ray.get([r[0] for r in refs])
-    samples, lengths = [r[1] for r in refs], [r[2] for r in refs]
-    first = next((s.first_columns for s in stats if s.first_columns is not None), None)
-    again = [i for i, s in enumerate(stats) if s.first_columns not in (None, first)]
-    job = PieceJob(job.name, job.kind, job.template, job.digest_rows, extra_names=first)
-    for i, r in zip(again, [task.remote(*pieces[i], options, job, False) for i in again]):
-        stats[i], samples[i], lengths[i] = ray.get(r[0]), r[1], r[2]
-    return stats, samples, lengths
 
 
 def pack_dataset(
@@ -275,54 +261,70 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
         ray.shutdown()
 
 
-def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Send sequences to shard-group writers. Returns ``(shards, pack_length_counts, order refs, pad)``:
-    ``[(metadata.json entry, PackedCounts)]`` in shard order, ``(C+1,)`` packs per real token count,
-    one ObjectRef per writer to its slice of the plan order, and the pad-to-longest baseline in tokens."""
+def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, writers: list, cpus: int):
+    """Pass 2: place every piece's sequences and send them to shard-group writers, in waves of writer groups
+    whose rows fit the streaming budget (``_ray_data.store_budget``), so the object store holds one wave's
+    rows at a time; each wave tokenizes the pieces again (waves = 1 unless the data is larger than the budget).
+
+    Returns ``(shards, pack_length_counts, order refs, pad, lengths refs)``: ``[(metadata.json entry,
+    PackedCounts)]`` in shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its
+    slice of the plan order, the pad-to-longest baseline in tokens, and one ObjectRef per piece to its
+    lengths."""
     from ..plan import HistogramPlan
 
+    pieces, jobs, options = work
     hist = isinstance(plan, HistogramPlan)
     n_seq, n_packs = plan.num_sequences, plan.num_packs
     pack_bounds = shard_bounds(n_packs, per_shard)
     n_shards = pack_bounds.shape[0] - 1
-    tokens = sum(int((s.hist[0].astype(np.int64) * s.hist[1]).sum()) for s in stats)
-    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(tokens * 8 / GROUP_BYTES)))
+    token_bytes = 8 * sum(int((s.hist[0].astype(np.int64) * s.hist[1]).sum()) for s in stats)  # ids + labels
+    waves = max(1, math.ceil(token_bytes / store_budget(ray)))
+    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus * waves, math.ceil(token_bytes / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
     group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
     seq_bounds = plan.pack_offsets(group_packs) if hist else plan.offsets[group_packs]
     batch = max(1, round(n_seq / n_packs)) if n_packs else 1  # PackingMetrics' pad-to-longest batch size
     if hist:
-        hp_ref = ray.put(plan)
-        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+        plan_ref = ray.put(plan)
     else:
         pos = np.empty(n_seq, dtype=np.int64)  # position of each sequence in plan order
         pos[plan.order] = np.arange(n_seq, dtype=np.int64)
-    split = ray.remote(_split).options(num_returns=n_groups + 1)
-    parts, pads, seq, row = [], [], 0, 0
-    for s, ref in zip(stats, samples):
-        n = s.counts.sequences
-        if n:  # a piece whose rows were all skipped or dropped sends nothing (its ref holds None)
-            if hist:
-                out = split.remote(ref, hp_ref, cost_offsets.copy(), seq_bounds, row, seq, batch)
-                np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
-            else:
-                out = split.remote(ref, None, pos[seq : seq + n], seq_bounds, row, seq, batch)
-            parts.append(out[:-1])
-            pads.append(out[-1])
-        seq, row = seq + n, row + s.counts.rows_read
-    samples.clear()
     columns = {k: v for s in stats if s.counts.sequences for k, v in s.columns.items()}  # pieces agree
     write = ray.remote(_write_group).options(num_returns=3)
-    results = []
-    for g, shards in enumerate(groups):
-        p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
-        jobs = [(int(s), int(pack_bounds[s]) - p0, int(pack_bounds[s + 1]) - p0) for s in shards]
-        offsets = (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]  # a histogram plan: the writer computes them
-        job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs, offsets, plan.capacity,
-                       plan.algorithm, columns)  # fmt: skip
-        refs = write.remote(job, *[p[g] for p in parts])
-        writers.append(refs[0])
-        results.append(refs)
+    results, pads, lengths = [], [], []
+    for w, wave in enumerate(np.array_split(np.arange(n_groups), min(waves, n_groups))):
+        g0, g1 = int(wave[0]), int(wave[-1]) + 1
+        place = ray.remote(_place).options(num_returns=g1 - g0 + 2)
+        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+        parts, seq, row = [], 0, 0
+        for i, s in enumerate(stats):
+            n = s.counts.sequences
+            if n:  # a piece whose rows were all skipped or dropped sends nothing
+                where = (plan_ref, cost_offsets.copy()) if hist else (None, pos[seq : seq + n])
+                out = place.remote(pieces[i], options, jobs[i], s.hist, *where, seq_bounds[g0 : g1 + 1], row, seq,
+                                   batch, w == 0)  # fmt: skip
+                if hist:
+                    np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
+                parts.append(out[:-2])
+                if w == 0:
+                    pads.append(out[-2])
+                    lengths.append(out[-1])
+            seq, row = seq + n, row + s.counts.rows_read
+        refs = []
+        for g in range(g0, g1):
+            shards = groups[g]
+            p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
+            jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
+            offsets = (
+                (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
+            )  # a histogram plan: the writer computes them
+            job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
+                           plan.algorithm, columns)  # fmt: skip
+            refs.append(write.remote(job, *[p[g - g0] for p in parts]))
+        writers.extend(r[0] for r in refs)
+        results.extend(refs)
+        del parts
+        ray.get([r[0] for r in refs])  # the wave is written (a failure stops here): its rows are freed
     done = ray.get(writers)
     fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
     whole, edges = 0, {}
@@ -332,7 +334,7 @@ def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, 
             m, r = edges.get(b, (0, 0))
             edges[b] = (max(m, longest), r + rows)
     pad = whole + sum(m * r for m, r in edges.values())
-    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
+    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad, lengths
 
 
 __all__ = ["pack_dataset", "pack_ray"]
