@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -325,3 +326,43 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     assert report.packs == local.packs >= 150
     assert metadata(report) == metadata(local)  # plan_hash, metrics (fills from real pack lengths), counts
     same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_waves_when_the_rows_exceed_the_store_budget(rows, qwen, tmp_path, monkeypatch):
+    """A store budget of 60 KB for ~700 KB of token bytes: pass 2 runs in waves of writer groups (each wave
+    tokenizes the pieces again and sends only its groups' rows), and the files are still the local engine's."""
+    import uuid
+
+    monkeypatch.setattr(ray_engine, "store_budget", lambda ray: 60_000)
+    marks, real = tmp_path / "marks", ray_engine._place
+    marks.mkdir()
+
+    def counted(*args):  # runs on a worker (same machine): one file per pass-2 task
+        (marks / uuid.uuid4().hex).touch()
+        return real(*args)
+
+    monkeypatch.setattr(ray_engine, "_place", counted)
+    options = {"capacity": 512, "overflow": "split", "packs_per_shard": 10}
+    report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
+    local = local_output(rows, tmp_path / "local", tokenizer=qwen, **options)
+    assert metadata(report) == metadata(local)
+    same_files(tmp_path / "ray", tmp_path / "local")
+    tasks = len(list(marks.iterdir()))
+    assert tasks >= 8 * 8  # 8 pieces (200 rows on 2 CPUs), each tokenized again in each of >= 8 waves
+    assert tasks % 8 == 0
+
+
+def test_second_pass_refuses_an_input_that_changed(tmp_path):
+    from packwise.integrations._ray_workers import PieceJob, _place
+    from packwise.pipeline import PackOptions
+
+    rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
+    piece = ("rows", rows, (0,))
+    job = PieceJob("list", "tokens", None, digest_rows=False)
+    seen = (np.array([2, 3], np.int32), np.array([1, 1], np.int64))
+    bounds = np.array([0, 2])
+    parts = _place(piece, PackOptions(capacity=8), job, seen, None, np.array([0, 1]), bounds, 0, 0, 1, True)
+    assert parts[0][0].num_sequences == 2 and parts[-1].tolist() == [3, 2]
+    changed = (np.array([2, 4], np.int32), np.array([1, 1], np.int64))  # pass 1 saw other lengths
+    with pytest.raises(RuntimeError, match=r"list: rows 0\+ read differently in the second pass \(its sequence"):
+        _place(piece, PackOptions(capacity=8), job, changed, None, np.array([0, 1]), bounds, 0, 0, 1, True)
