@@ -1,24 +1,30 @@
-"""Offline packing on Ray (Ray core tasks): distributed read, tokenization, assembly and Parquet write, with
-the same packs and output as ``packwise pack``, and a driver whose memory does not grow with the dataset.
+"""Offline packing on Ray (Ray Data + Ray tasks): distributed read, tokenization, assembly and Parquet write,
+with the same packs and output as ``packwise pack``, a driver whose memory does not grow with the dataset, and
+an object store that never holds the whole tokenized dataset.
 
-1. Read + tokenize, on workers. The input is cut into pieces in input order: JSONL byte ranges cut at line
-   ends, Parquet row groups (sliced), Arrow files of a saved HF dataset (sliced), ``ray.data.Dataset`` blocks
-   (sliced; read with ``preserve_order``), or slices of in-memory rows; paths are local or on any pyarrow
-   filesystem (``s3://...``, see ``_ray_fs``). Each piece runs the local engine's own validation,
-   tokenization, first-label normalisation and overflow policy; its samples stay in the object store and the
-   driver gets its length histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types
-   and fails a whole block on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other
-   Unicode breaks: byte ranges keep the local reader's line numbers and messages.)
-2. Plan, on the driver, from the summed histogram with :func:`packwise.plan.plan_histogram`: pack templates,
-   O(C + templates) memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them
-   the ``(N,)`` lengths come to the driver and :func:`packwise.plan.plan_packs` plans.)
-3. Place + assemble + write, on workers. Each piece places its own sequences from the templates and its
-   per-length offsets (sequences of each length in earlier pieces) and sends them to the writer of their shard
-   group, which builds packs with ``PackedColumns.build`` and writes ``packs-*.parquet`` into a temporary
-   directory (or prefix).
+The pipeline's own steps run (:mod:`packwise.pipeline._steps`, with one :class:`~packwise.pipeline.PackOptions`);
+this module decides where:
+
+1. Pass 1, read + tokenize + overflow, on Ray Data (``_ray_data``). The input is cut into pieces in input
+   order: JSONL byte ranges cut at line ends, Parquet row groups (sliced), row ranges of the Arrow files of a
+   saved HF dataset, ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or slices of
+   in-memory rows; paths are local or on any pyarrow filesystem (``s3://...``, see ``_ray_fs``).
+   ``map_batches`` runs the steps on each piece and streams back only its counts, first bad rows and length
+   histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types and fails a whole block
+   on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte
+   ranges keep the local reader's line numbers and messages.)
+2. Plan, on the driver, from the summed histogram (``plan_from_histogram``): pack templates, O(C + templates)
+   memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them the ``(N,)``
+   lengths come to the driver and ``plan`` runs :func:`packwise.plan.plan_packs`.)
+3. Pass 2, place + execute + write, on Ray tasks. Each piece is tokenized again (the histogram must match
+   pass 1's), places its own sequences from the templates and its per-length offsets (sequences of each
+   length in earlier pieces) and sends them to the writer of their shard group, which runs ``execute`` and
+   ``write_shard`` into a temporary directory (or prefix). Writer groups run in waves whose rows fit the
+   store budget (``_ray_data.STORE_FRACTION`` of the object store): one wave unless the data is larger.
 4. Commit, on the driver. The plan hash is streamed from the pieces' lengths and the writers' slices of the
-   plan order; ``metadata.json`` is written and the directory renamed into place (remote: shards moved from the
-   temporary prefix, ``metadata.json`` last); a failed run leaves no partial output.
+   plan order; ``build_report`` merges the counts; ``metadata.json`` is written and the directory renamed
+   into place (remote: shards moved from the temporary prefix, ``metadata.json`` last); a failed run leaves
+   no partial output.
 
 On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), either install packwise (with the
 ``hf`` extra for text input) on every node, or pass ``runtime_env={"py_modules": [packwise.__path__[0]],
