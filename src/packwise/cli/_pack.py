@@ -89,7 +89,7 @@ def pack(
     engine: Annotated[
         str,
         typer.Option(
-            help="local (this process) | ray (Ray tasks, local or on a cluster; same packs and files; needs packwise[ray])."
+            help="local (this process) | ray (Ray Data + Ray tasks, local or on a cluster; same packs and files; needs packwise[ray])."
         ),
     ] = "local",
     ray_address: Annotated[

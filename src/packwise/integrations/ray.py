@@ -58,6 +58,10 @@ WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take 
 
 GROUP_BYTES = 2 << 30  # about the most token bytes one writer task holds
 
+#: Pass 2 reads the input once per wave: beyond this many waves a wave holds more than the store budget and
+#: Ray spills the excess to local disk (cheaper than reading the input again and again).
+MAX_WAVES = 8
+
 
 def pack_ray(
     ds,
@@ -284,7 +288,7 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
     pack_bounds = shard_bounds(n_packs, per_shard)
     n_shards = pack_bounds.shape[0] - 1
     token_bytes = 8 * sum(int((s.hist[0].astype(np.int64) * s.hist[1]).sum()) for s in stats)  # ids + labels
-    waves = max(1, math.ceil(token_bytes / store_budget(ray)))
+    waves = min(MAX_WAVES, max(1, math.ceil(token_bytes / store_budget(ray))))
     n_groups = min(n_shards, max(PIECES_PER_CPU * cpus * waves, math.ceil(token_bytes / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
     group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
