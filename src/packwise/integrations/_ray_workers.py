@@ -153,12 +153,17 @@ def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_star
     with global sources; the last value is the piece's share of the pad-to-longest baseline.
 
     With ``hp`` None, ``place`` holds the sequences' plan positions (from a driver-side ``PackPlan``); with a
-    :class:`~packwise.plan.HistogramPlan`, ``place`` holds per cost the sequences of earlier pieces, and the
+    :class:`~packwise.plan.HistogramPlan`, ``place`` holds per cost the sequences of earlier pieces (``(C+1,)``,
+    or ``(costs, offsets)`` for the piece's own costs only), and the
     piece places its own sequences from the templates, so the driver never holds per-sequence arrays.
     """
     if hp is None:
         pos = place
     else:
+        if isinstance(place, tuple):  # (costs, offsets) of this piece's costs only: the (C+1,) array here
+            dense = np.zeros(hp.capacity + 1, dtype=np.int64)
+            dense[place[0]] = place[1]
+            place = dense
         pack, slot = hp.place(samples.lengths, place)
         pos = hp.pack_offsets(pack) + slot
     group = np.searchsorted(bounds, pos, side="right") - 1

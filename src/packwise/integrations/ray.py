@@ -310,7 +310,11 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
         for i, s in enumerate(stats):
             n = s.counts.sequences
             if n:  # a piece whose rows were all skipped or dropped sends nothing
-                where = (plan_ref, cost_offsets.copy()) if hist else (None, pos[seq : seq + n])
+                if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
+                    costs = np.unique(plan.costs_of(s.hist[0]))
+                    where = (plan_ref, (costs, cost_offsets[costs]))
+                else:
+                    where = (None, pos[seq : seq + n])
                 out = place.remote(pieces[i], options, jobs[i], s.hist, *where, seq_bounds[g0 : g1 + 1], row, seq,
                                    batch, w == 0)  # fmt: skip
                 if hist:
