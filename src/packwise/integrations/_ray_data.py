@@ -22,7 +22,7 @@ from ._ray_workers import PieceJob, PieceStats, _tokenize
 
 #: Share of the cluster's object store that packwise's streaming stages may fill (Ray Data's limit in pass
 #: 1, the wave size of pass 2).
-STORE_FRACTION = 0.25
+STORE_FRACTION = 0.5
 
 
 def store_budget(ray) -> int:
