@@ -85,13 +85,8 @@ def run_one(engine: str, data: str, out: str, per_shard: int) -> dict:
     tracemalloc.start()
     t = time.perf_counter()
     if engine == "local":
-        from packwise.io._write import write_packed
-
         packed, report = packwise.pipeline.pack_columns(data, capacity=CAPACITY)
-        n = packed.num_packs
-        bounds = list(range(0, n, per_shard)) or [0]
-        tables = (packed.table(a, min(a + per_shard, n)) for a in bounds)
-        write_packed(out, tables, len(bounds), packwise.cli._pack.metadata(report))
+        packwise.pipeline.write_packs(packed, report, out, packs_per_shard=per_shard)
     else:
         report = packwise.integrations.ray.pack_ray(data, out, **options)
     wall = time.perf_counter() - t

@@ -1,6 +1,6 @@
 """Ray engine scaling: driver memory, rows/s and object-store use at 1 M, 4 M, 16 M pre-tokenized rows.
 
-    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2
+    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2 [--local-upto 4e6]
 
 Input: one Parquet file per size, ``input_ids`` of lognormal(2.5, 0.8) lengths clipped to [1, 256] (median 12,
 mean 17 tokens: short rows, so 16 M rows fit this 2-core, 24 GB machine), random ids below 150,000, row groups
@@ -14,7 +14,9 @@ of 65,536. Each run is a fresh process: ``ray.init(num_cpus=k)`` then ``pack_ray
 - object store: the peak rise of ``/dev/shm`` use over its use before ``pack_ray`` (plasma lives there;
   sampled every 0.2 s; the machine is shared, so other Ray sessions add noise) and the bytes in the session's
   spill directory at their peak;
-- rows/s: rows / wall time of ``pack_ray`` (workers warmed on a 1,000-row run first).
+- rows/s: rows / wall time of ``pack_ray`` (workers warmed on a 1,000-row run first);
+- equality: up to ``--local-upto`` rows the local engine packs the same file in its own process, and every
+  output file of each Ray run is compared with its output byte for byte.
 """
 
 from __future__ import annotations
@@ -112,14 +114,35 @@ def run_one(path: str, out: str, cpus: int) -> dict:
     }  # fmt: skip
 
 
+def run_local(path: str, out: str) -> dict:
+    """The local engine on the same input (the equality check): its plan hash and wall time."""
+    from packwise.pipeline import pack_columns, write_packs
+
+    t = time.perf_counter()
+    packed, report = pack_columns(path, capacity=CAPACITY)
+    write_packs(packed, report, out, packs_per_shard=2_000)
+    return {"engine": "local", "wall_s": round(time.perf_counter() - t, 2), "plan_hash": report.plan_hash[:16]}
+
+
+def same_files(a: str, b: str) -> bool:
+    names = sorted(p.name for p in Path(a).iterdir() if not p.name.startswith(".packwise"))
+    other = sorted(p.name for p in Path(b).iterdir() if not p.name.startswith(".packwise"))
+    return names == other and all((Path(a) / n).read_bytes() == (Path(b) / n).read_bytes() for n in names)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="1e6,4e6,16e6")
     ap.add_argument("--cpus", default="1,2")
+    ap.add_argument("--local-upto", type=float, default=4e6, help="also run the local engine up to this size")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--local", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(args.one[0], args.one[1], int(args.one[2]))))
+        return
+    if args.local:
+        print(json.dumps(run_local(*args.local)))
         return
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         for rows in (int(float(r)) for r in args.rows.split(",")):
@@ -127,13 +150,23 @@ def main() -> None:
             t = time.perf_counter()
             tokens = make_input(path, rows)
             print(f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True)
+            local = str(Path(d) / f"out-{rows}-local")
+            if rows <= args.local_upto:
+                cmd = [sys.executable, __file__, "--local", str(path), local]
+                res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+                print(res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-2000:], flush=True)
             for cpus in (int(c) for c in args.cpus.split(",")):
                 out = str(Path(d) / f"out-{rows}-{cpus}")
                 cmd = [sys.executable, __file__, "--one", str(path), out, str(cpus)]
                 res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
                 line = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-2000:]
                 print(line, flush=True)
+                if Path(local).is_dir() and Path(out).is_dir():
+                    print(
+                        f"# {rows:,} rows, {cpus} workers: files equal to the local engine's: {same_files(out, local)}"
+                    )
                 subprocess.run(["rm", "-rf", out, out + "-warm"])
+            subprocess.run(["rm", "-rf", local])
 
 
 if __name__ == "__main__":

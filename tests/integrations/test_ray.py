@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from packwise.cli._pack import metadata  # noqa: E402
 from packwise.integrations import ray as ray_engine  # noqa: E402
 from packwise.integrations.ray import pack_ray  # noqa: E402
-from packwise.io._write import write_packed  # noqa: E402
-from packwise.pipeline import pack_columns  # noqa: E402
+from packwise.pipeline import pack_columns, write_packs  # noqa: E402
 from packwise.pipeline._demo import chitchat_conversations  # noqa: E402
 
 
@@ -36,11 +35,12 @@ def rows():
 def local_output(data, out, packs_per_shard=10_000, **options):
     """What ``packwise pack`` writes (the CLI's own write path), for in-memory rows as well as paths."""
     packed, report = pack_columns(data, **options)
-    n = packed.num_packs
-    bounds = list(range(0, n, packs_per_shard)) or [0]
-    tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
-    write_packed(out, tables, len(bounds), metadata(report))
+    write_packs(packed, report, out, packs_per_shard=packs_per_shard)
     return report
+
+
+def metadata(report):
+    return report.metadata()
 
 
 def same_files(a, b, *, metadata=True, local_only=(".packwise.lock",)):
@@ -291,7 +291,25 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
     from packwise.cli import main
 
     assert main(["pack", "-o", str(tmp_path / "o"), "--num-cpus", "2"]) == 1
-    assert "--ray-address and --num-cpus apply to --engine ray" in capsys.readouterr().err
+    assert "--ray-address, --num-cpus and --runtime-env apply to --engine ray" in capsys.readouterr().err
+    assert main(["pack", "s3://bkt/in.jsonl", "-o", str(tmp_path / "o")]) == 1
+    assert "s3://bkt/in.jsonl: URIs (s3://... or any pyarrow filesystem) need --engine ray" in capsys.readouterr().err
+    assert main(["pack", "-o", "gs://bkt/out/"]) == 1
+    assert "gs://bkt/out/: URIs" in capsys.readouterr().err
+    for env, message in [
+        ("{'pip': 1}", "--runtime-env: not valid JSON"),
+        ("[1]", "neither JSON text (starting with '{') nor a JSON file"),
+        ('{"pip": ["x"]', "--runtime-env: not valid JSON"),
+    ]:
+        assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "ray", "--runtime-env", env]) == 1
+        assert message in capsys.readouterr().err
+    (tmp_path / "env.json").write_text("[1]")
+    assert (
+        main(["pack", "-o", str(tmp_path / "o"), "--engine", "ray", "--runtime-env", str(tmp_path / "env.json")]) == 1
+    )
+    assert f"--runtime-env {tmp_path / 'env.json'}: must be a JSON object (Ray's runtime_env), got list" in (
+        capsys.readouterr().err
+    )
     assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 1
     assert "--engine 'spark': use local or ray" in capsys.readouterr().err
 
@@ -316,7 +334,7 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     def no_lengths(*args, **kwargs):
         raise AssertionError("the driver planned from per-row lengths")
 
-    monkeypatch.setattr(_ray_driver, "plan_packs", no_lengths)
+    monkeypatch.setattr(_ray_driver, "plan", no_lengths)
     options = {"capacity": 1024, "alignment": 8, "max_sequences_per_pack": 3, "min_packs": 150}
     options |= {"overflow": "split", "packs_per_shard": 20}
     report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
@@ -324,3 +342,43 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     assert report.packs == local.packs >= 150
     assert metadata(report) == metadata(local)  # plan_hash, metrics (fills from real pack lengths), counts
     same_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_waves_when_the_rows_exceed_the_store_budget(rows, qwen, tmp_path, monkeypatch):
+    """A store budget of 60 KB for ~700 KB of token bytes: pass 2 runs in waves of writer groups (each wave
+    tokenizes the pieces again and sends only its groups' rows), and the files are still the local engine's."""
+    import uuid
+
+    monkeypatch.setattr(ray_engine, "store_budget", lambda ray: 60_000)
+    marks, real = tmp_path / "marks", ray_engine._place
+    marks.mkdir()
+
+    def counted(*args):  # runs on a worker (same machine): one file per pass-2 task
+        (marks / uuid.uuid4().hex).touch()
+        return real(*args)
+
+    monkeypatch.setattr(ray_engine, "_place", counted)
+    options = {"capacity": 512, "overflow": "split", "packs_per_shard": 10}
+    report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
+    local = local_output(rows, tmp_path / "local", tokenizer=qwen, **options)
+    assert metadata(report) == metadata(local)
+    same_files(tmp_path / "ray", tmp_path / "local")
+    tasks = len(list(marks.iterdir()))
+    assert tasks >= 8 * 8  # 8 pieces (200 rows on 2 CPUs), each tokenized again in each of >= 8 waves
+    assert tasks % 8 == 0
+
+
+def test_second_pass_refuses_an_input_that_changed(tmp_path):
+    from packwise.integrations._ray_workers import PieceJob, _place
+    from packwise.pipeline import PackOptions
+
+    rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
+    piece = ("rows", rows, (0,))
+    job = PieceJob("list", "tokens", None, digest_rows=False)
+    seen = (np.array([2, 3], np.int32), np.array([1, 1], np.int64))
+    bounds = np.array([0, 2])
+    parts = _place(piece, PackOptions(capacity=8), job, seen, None, np.array([0, 1]), bounds, 0, 0, 1, True)
+    assert parts[0][0].num_sequences == 2 and parts[-1].tolist() == [3, 2]
+    changed = (np.array([2, 4], np.int32), np.array([1, 1], np.int64))  # pass 1 saw other lengths
+    with pytest.raises(RuntimeError, match=r"list: rows 0\+ read differently in the second pass \(its sequence"):
+        _place(piece, PackOptions(capacity=8), job, changed, None, np.array([0, 1]), bounds, 0, 0, 1, True)

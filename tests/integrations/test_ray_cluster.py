@@ -199,3 +199,31 @@ def test_s3_input_and_output(s3, tmp_path, monkeypatch):
         assert fs.get_file_info(FileSelector("bkt/out3", allow_not_found=True, recursive=True)) == []
     finally:
         ray.shutdown()
+
+
+def test_cli_s3_input_and_output_with_runtime_env(s3, tmp_path, capsys):
+    """``packwise pack s3://... -o s3://... --engine ray --runtime-env JSON``: the CLI starts Ray with the
+    runtime_env, reads and writes through S3 (no report files: a note says so), and the packs are the
+    local engine's."""
+    from pyarrow.fs import FileSelector
+
+    from packwise.cli import main
+
+    fs, query = s3
+    rows = _rows()
+    with fs.open_output_stream("bkt/cli.jsonl") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    local = local_output(rows, tmp_path / "local", capacity=128, packs_per_shard=40)
+    env = json.dumps({"env_vars": {"PACKWISE_TEST_ENV": "seen"}})
+    argv = ["pack", f"s3://bkt/cli.jsonl{query}", "-o", f"s3://bkt/cli-out{query}", "--engine", "ray"]
+    argv += ["--num-cpus", "2", "--capacity", "128", "--packs-per-shard", "40", "--runtime-env", env, "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    got = json.loads(captured.out)
+    assert (got["plan_hash"], got["packs"], got["report_files"]) == (local.plan_hash, local.packs, [])
+    assert "report files are written to a local -o only" in captured.err
+    names = sorted(i.base_name for i in fs.get_file_info(FileSelector("bkt/cli-out")))
+    assert names == sorted(p.name for p in (tmp_path / "local").iterdir() if p.name.startswith(("packs-", "meta")))
+    for name in names:
+        if name.startswith("packs-"):
+            assert fs.open_input_file(f"bkt/cli-out/{name}").read() == (tmp_path / "local" / name).read_bytes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -23,20 +24,30 @@ Examples:
   packwise pack data.parquet -o out --tokenizer ./tok --algorithm mffd
 
   packwise pack data.jsonl -o out --engine ray --num-cpus 8   # same packs and files, on Ray workers
+
+  packwise pack "s3://bkt/data.jsonl" -o "s3://bkt/packed/" --engine ray --ray-address auto \\
+      --runtime-env '{"pip": ["packwise[hf]"]}'
 """
 
 
 def pack(
     ctx: typer.Context,
     input_path: Annotated[
-        Path | None, typer.Argument(metavar="INPUT", help="JSONL, Parquet, or saved HF dataset dir; default: chitchat")
+        str | None,
+        typer.Argument(
+            metavar="INPUT",
+            help="JSONL, Parquet, or saved HF dataset dir (--engine ray: or a URI, s3://...); default: chitchat",
+        ),
     ] = None,
     output: Annotated[
-        Path,
+        str,
         typer.Option(
-            "--output", "-o", help="Output directory (must be empty unless --overwrite; written in place, locked)."
+            "--output",
+            "-o",
+            help="Output directory (must be empty unless --overwrite; written in place, locked). --engine ray: or "
+            "an empty or new URI prefix (s3://bucket/out/).",
         ),
-    ] = Path("packed"),
+    ] = "packed",
     capacity: Annotated[int, typer.Option(help="Tokens per pack.")] = 4096,
     algorithm: Annotated[
         str, typer.Option(help="Packing algorithm or alias (bfd, ffd, mffd, ffs, ...).")
@@ -78,7 +89,7 @@ def pack(
     engine: Annotated[
         str,
         typer.Option(
-            help="local (this process) | ray (Ray tasks, local or on a cluster; same packs and files; needs packwise[ray])."
+            help="local (this process) | ray (Ray Data + Ray tasks, local or on a cluster; same packs and files; needs packwise[ray])."
         ),
     ] = "local",
     ray_address: Annotated[
@@ -94,6 +105,13 @@ def pack(
         int | None,
         typer.Option(help="Tokenizer threads (the Rust tokenizer's own pool; default: every core)."),
     ] = None,
+    runtime_env: Annotated[
+        str | None,
+        typer.Option(
+            help="--engine ray: Ray runtime_env as JSON text or a .json file, e.g. "
+            '\'{"py_modules": ["/path/to/packwise"], "pip": ["transformers"]}\' so nodes need only Ray.'
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or table.")] = False,
 ) -> None:
@@ -101,8 +119,7 @@ def pack(
     from ..config import PackingConfig
     from ..io._output import OutputDir
     from ..io._read import check_input_path
-    from ..io._write import write_packed
-    from ..pipeline import pack_columns
+    from ..pipeline import pack_columns, write_packs
     from ..pipeline._demo import chitchat_input
     from ..report import plot_dependency_error, write_report
 
@@ -112,8 +129,15 @@ def pack(
         raise ValueError(f"--packs-per-shard must be >= 1, got {packs_per_shard}")
     if engine not in ("local", "ray"):
         raise ValueError(f"--engine {engine!r}: use local or ray")
-    if engine == "local" and (ray_address is not None or num_cpus is not None):
-        raise ValueError("--ray-address and --num-cpus apply to --engine ray; add --engine ray or drop them")
+    if engine == "local" and (ray_address is not None or num_cpus is not None or runtime_env is not None):
+        raise ValueError(
+            "--ray-address, --num-cpus and --runtime-env apply to --engine ray; add --engine ray or drop them"
+        )
+    remote_in, remote_out = _is_uri(input_path), _is_uri(output)
+    if engine == "local" and (remote_in or remote_out):
+        where = input_path if remote_in else output
+        raise ValueError(f"{where}: URIs (s3://... or any pyarrow filesystem) need --engine ray; add it")
+    env = _runtime_env(runtime_env)
     given = {k: v for k, v in ctx.params.items() if _from_command_line(ctx, k)}
     options = {k: given[k] for k in CONFIG_FLAGS if k in given} if config else {k: ctx.params[k] for k in CONFIG_FLAGS}
     for key in ("min_pixels", "max_pixels", "media_root"):
@@ -123,40 +147,42 @@ def pack(
         cfg = PackingConfig.from_file(config, **options)
     else:
         cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
-    if input_path is not None:
+    if input_path is not None and not remote_in:
         check_input_path(input_path)  # before the output is created: a refused input leaves nothing behind
-    dest = OutputDir(output, overwrite=overwrite, inputs=() if input_path is None else (input_path,))
+    if remote_out:  # pack_ray checks the prefix is empty and commits it marker-last (integrations/_ray_fs.py)
+        dest = nullcontext()
+    else:
+        inputs = () if input_path is None or remote_in else (input_path,)
+        dest = OutputDir(output, overwrite=overwrite, inputs=inputs)
     data = chitchat_input if input_path is None else input_path
     with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work
-        for note in dest.notes:
+        for note in [] if remote_out else dest.notes:
             err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if engine == "ray":
             from ..integrations.ray import pack_ray
 
             report = pack_ray(
-                chitchat_input() if input_path is None else input_path, dest, **cfg.pipeline_kwargs(),
-                format=input_format, packs_per_shard=packs_per_shard, overwrite=overwrite, num_cpus=num_cpus,
-                ray_address=ray_address,
+                chitchat_input() if input_path is None else input_path, output if remote_out else dest,
+                **cfg.pipeline_kwargs(), format=input_format, packs_per_shard=packs_per_shard, overwrite=overwrite,
+                num_cpus=num_cpus, ray_address=ray_address, runtime_env=env,
             )  # fmt: skip
         else:
             packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
-            t = time.perf_counter()
-            n = packed.num_packs
-            bounds = list(range(0, n, packs_per_shard)) or [0]
-            tables = (packed.table(a, min(a + packs_per_shard, n)) for a in bounds)
-            advance = progress("write", n) if progress else None
-            write_packed(dest, tables, len(bounds), metadata(report), overwrite=overwrite, on_shard=advance)
-            report.timings["write"] = time.perf_counter() - t
+            write_packs(packed, report, dest, packs_per_shard=packs_per_shard, overwrite=overwrite, progress=progress)
         report_files = []
-        if write_report_files:
+        if write_report_files and remote_out:
+            err.print(f"[yellow]note:[/] report files are written to a local -o only; {escape(output)}/metadata.json "
+                      "holds the report", highlight=False, soft_wrap=True)  # fmt: skip
+        elif write_report_files:
             t = time.perf_counter()
             advance = progress("report", 1) if progress else None  # plots take a second or more
             report_files = write_report(dest.staging(), report)
             if advance:
                 advance(1)
             report.timings["report"] = time.perf_counter() - t
-        dest.commit()
-        report_files = [output / f.name for f in report_files]
+        if not remote_out:
+            dest.commit()
+        report_files = [Path(output) / f.name for f in report_files]
     if json_out:
         files = [str(f) for f in report_files]
         out.print_json(json.dumps({**report.to_dict(), "output": str(output), "report_files": files}))
@@ -190,16 +216,33 @@ def _tokenizer_threads(n: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(n)
 
 
+def _is_uri(path: str | None) -> bool:
+    """``scheme://...`` other than ``file://``: read and written through pyarrow's filesystems (Ray engine)."""
+    return path is not None and "://" in path and not path.startswith("file://")
+
+
+def _runtime_env(text: str | None) -> dict | None:
+    """``--runtime-env``: JSON text (starting with ``{``) or a JSON file holding one object."""
+    if text is None:
+        return None
+    source = "--runtime-env"
+    if not text.lstrip().startswith("{"):
+        path = Path(text)
+        if not path.is_file():
+            raise ValueError(f"--runtime-env {text}: neither JSON text (starting with '{{') nor a JSON file")
+        source, text = f"--runtime-env {path}", path.read_text()
+    try:
+        env = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{source}: not valid JSON ({e})") from None
+    if not isinstance(env, dict):
+        raise ValueError(f"{source}: must be a JSON object (Ray's runtime_env), got {type(env).__name__}")
+    return env
+
+
 def _from_command_line(ctx: typer.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name == "COMMANDLINE"
-
-
-def metadata(report) -> dict:
-    """``metadata.json`` content: the report without timings (so the output is reproducible byte for byte)."""
-    meta = report.to_dict()
-    meta.pop("timings", None)
-    return meta
 
 
 pack.__doc__ = inspect.cleandoc(pack.__doc__ or "") + "\n" + EXAMPLES

@@ -2,55 +2,49 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-from ..io._read import SKIP_HINT
-from ..io._write import FORMAT, write_metadata
+from ..io._write import metadata_text, write_metadata
+from ..pipeline._options import PackOptions
 from ..pipeline._report import PackReport
-from ..plan import plan_packs
+from ..pipeline._steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
 from ._ray_fs import RemoteOutput
-from ._ray_workers import MEDIA_TYPES
+from ._ray_workers import MEDIA_TYPES, PieceStats
 
 
-def _check(stats: list[dict], name: str, skip: bool) -> tuple[int, list[str]]:
-    """Raise what the local engine would raise first; else ``(rows skipped, first 5 skip messages)``."""
-    errors = sorted((r, i, row, msg) for i, s in enumerate(stats) for r, row, msg in s["errors"])
-    fatal = next((s["fatal"] for s in stats if s["fatal"]), None)
+def _check(stats: list[PieceStats], name: str, skip: bool) -> tuple[PieceCounts, list[str]]:
+    """Raise what the local engine would raise first; else ``(the pieces' counts merged, skip messages)``."""
+    errors = sorted((r, i, row, msg) for i, s in enumerate(stats) for r, row, msg in s.errors)
+    fatal = next((s.fatal for s in stats if s.fatal), None)
     if errors and not skip and (errors[0][0] <= 1 or fatal is None):
         raise ValueError(errors[0][3])
     if fatal is not None:
         raise ValueError(fatal)
-    skipped = sum(s["skipped"] for s in stats)
-    if sum(s["rows"] for s in stats) == skipped:
-        raise ValueError(f"{name}: no usable rows ({skipped} skipped); nothing to pack")
-    too_long = next((s["too_long"] for s in stats if s["too_long"]), None)
+    counts = sum((s.counts for s in stats), PieceCounts())
+    check_rows(name, counts)
+    too_long = next((s.too_long for s in stats if s.too_long), None)
     if too_long is not None:
         raise ValueError(too_long)
-    columns = {tuple(c for c in s["columns"] if c != MEDIA_TYPES) for s in stats if s["n"]}
+    columns = {tuple(c for c in s.columns if c != MEDIA_TYPES) for s in stats if s.counts.sequences}
     if len(columns) > 1:
         raise ValueError(
             f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
             "row the same per-token columns, or use the local engine, which skips odd rows with --skip-bad-rows"
         )
-    return skipped, [msg.removesuffix(f"; {SKIP_HINT}") for *_, msg in errors[:5]]
+    return counts, [msg for *_, msg in errors[:5]]
 
 
-def _plan(ray, stats: list, lengths: list, plan_args: dict):
-    """A :class:`HistogramPlan` from the pieces' length histograms (the driver never sees a per-sequence
-    array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a ``PackPlan`` from the
-    lengths fetched in input order (O(N) driver memory: said in the docs)."""
-    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram, resolve_algorithm
-
-    if resolve_algorithm(plan_args["algorithm"]) not in HISTOGRAM_ALGORITHMS:
-        real = [ray.get(r) for r, s in zip(lengths, stats) if s["n"]]
-        return plan_packs(np.concatenate(real).astype(np.int64), **plan_args)
-    counts = np.zeros(plan_args["capacity"] + 1, dtype=np.int64)
+def _plan(stats: list[PieceStats], options: PackOptions):
+    """The plan step on the driver: a :class:`HistogramPlan` from the pieces' length histograms (the driver
+    never sees a per-sequence array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a
+    ``PackPlan`` from the lengths pass 1 returned in input order (O(N) driver memory: said in the docs)."""
+    if not plans_from_histogram(options):
+        real = [s.lengths for s in stats if s.counts.sequences]
+        return plan(np.concatenate(real).astype(np.int64), options)
+    counts = np.zeros(options.capacity + 1, dtype=np.int64)
     for s in stats:
-        np.add.at(counts, s["hist"][0], s["hist"][1])
-    args = {k: v for k, v in plan_args.items() if k != "seed"}  # histogram planners are deterministic
-    return plan_histogram(counts, **args)
+        np.add.at(counts, s.hist[0], s.hist[1])
+    return plan_from_histogram(counts, options)
 
 
 def _plan_hash(ray, plan, lengths: list, order: list) -> str:
@@ -88,12 +82,9 @@ def _commit(tmp, out, report: PackReport, shards: list[dict]) -> None:
     """``metadata.json`` as ``packwise pack`` writes it, then the staging committed into ``out`` (an
     ``OutputDir``; None when the caller that opened it commits); for remote output, shards moved from the
     temporary prefix and ``metadata.json`` written last."""
-    from ..cli._pack import metadata
-
     if isinstance(out, RemoteOutput):
-        meta = {"format": FORMAT, **metadata(report), "shards": shards}
-        out.commit([s["file"] for s in shards], json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        out.commit([s["file"] for s in shards], metadata_text(report.metadata(), shards))
         return
-    write_metadata(tmp, metadata(report), shards)
+    write_metadata(tmp, report.metadata(), shards)
     if out is not None:
         out.commit()

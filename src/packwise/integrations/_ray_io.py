@@ -89,19 +89,7 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
         footers = [pq.ParquetFile(f).metadata for f in files]
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"input {path} cannot be read as parquet: {e}") from e
-    total = sum(m.num_rows for m in footers)
-    if total == 0:
-        raise ValueError(f"input {path} is empty (no rows)")
-    step, read, pieces, row = _piece_rows(total, cpus), ray.remote(_read_parquet), [], 0
-    for f, meta in zip(files, footers):
-        groups, n = [], 0
-        for g in range(meta.num_row_groups):  # read units of whole row groups, sliced into pieces
-            groups.append(g)
-            n += meta.row_group(g).num_rows
-            if n >= step or g == meta.num_row_groups - 1:
-                ref = read.remote(str(f), groups, schema)
-                pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
-                groups, n, row = [], 0, row + n
+    pieces = _parquet_pieces([str(f) for f in files], footers, schema, str(path), cpus)
     return str(path), detect_kind(schema.names, str(path)), pieces, ray.remote(_digest).remote(files)
 
 
@@ -136,40 +124,46 @@ def _remote_source(ray, loc: Loc, fmt: str | None, skip: bool, cpus: int) -> tup
         footers = [pq.ParquetFile(f.path, filesystem=f.fs).metadata for f in files]
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"input {loc} cannot be read as parquet: {e}") from e
+    pieces = _parquet_pieces(files, footers, schema, str(loc), cpus)
+    return str(loc), detect_kind(schema.names, str(loc)), pieces, ray.remote(digest).remote(files)
+
+
+def _parquet_pieces(files: list, footers: list, schema: pa.Schema, name: str, cpus: int) -> list:
+    """Pieces of whole row groups (sliced when one set is longer than a piece), read by the task that
+    tokenizes them (nothing is read ahead into the object store)."""
     total = sum(m.num_rows for m in footers)
     if total == 0:
-        raise ValueError(f"input {loc} is empty (no rows)")
-    step, read, pieces, row = _piece_rows(total, cpus), ray.remote(_read_parquet), [], 0
+        raise ValueError(f"input {name} is empty (no rows)")
+    step, pieces, row = _piece_rows(total, cpus), [], 0
     for f, meta in zip(files, footers):
         groups, n = [], 0
         for g in range(meta.num_row_groups):
             groups.append(g)
             n += meta.row_group(g).num_rows
             if n >= step or g == meta.num_row_groups - 1:
-                ref = read.remote(f, groups, schema)
-                pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
+                pieces += [
+                    ("parquet", f, (tuple(groups), a, min(a + step, n), row + a, schema)) for a in range(0, n, step)
+                ]
                 groups, n, row = [], 0, row + n
-    return str(loc), detect_kind(schema.names, str(loc)), pieces, ray.remote(digest).remote(files)
+    return pieces
 
 
 def _arrow_pieces(ray, files: list, name: str, cpus: int) -> tuple[str, list]:
-    """``(kind, pieces)`` of a saved HF dataset: each Arrow file read by one task, sliced into pieces."""
-    read = ray.remote(_read_arrow_file).options(num_returns=2)
-    refs = [read.remote(f) for f in files]
-    counts = ray.get([r[1] for r in refs])
+    """``(kind, pieces)`` of a saved HF dataset: row ranges of its Arrow files, read by the tokenize tasks."""
+    counts = ray.get([ray.remote(_arrow_rows).remote(f) for f in files])
     if sum(n for n, _ in counts) == 0:
         raise ValueError(f"input {name} is empty (no rows)")
     step, pieces, row = _piece_rows(sum(n for n, _ in counts), cpus), [], 0
-    for (ref, _), (n, _) in zip(refs, counts):
-        pieces += [("block", ref, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
+    for f, (n, _) in zip(files, counts):
+        pieces += [("arrow", f, (a, min(a + step, n), row + a)) for a in range(0, n, step)]
         row += n
     names = next(names for n, names in counts if names)
     return detect_kind(names, name), pieces
 
 
-def _read_arrow_file(loc) -> tuple[pa.Table, tuple[int, list[str]]]:
+def _arrow_rows(loc) -> tuple[int, list[str]]:
     table = read_arrow(loc)
-    return table, (table.num_rows, table.column_names)
+    return table.num_rows, table.column_names
 
 
 def _piece_rows(total: int, cpus: int) -> int:
@@ -280,6 +274,13 @@ def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
 
             data = BlockAccessor.for_block(data).to_arrow()
         return _Piece(name=name, kind=kind, table=data.slice(meta[0], meta[1] - meta[0]), start=meta[2])
+    if tag == "parquet":
+        groups, lo, hi, start, schema = meta
+        table = _read_parquet(data, list(groups), schema)
+        return _Piece(name=name, kind=kind, table=table.slice(lo, hi - lo), start=start)
+    if tag == "arrow":
+        lo, hi, start = meta
+        return _Piece(name=name, kind=kind, table=read_arrow(data).slice(lo, hi - lo), start=start)
     lo, hi, first = meta
     rows, numbers, errors = [], [], []
     with _open(data) as f:

@@ -1,45 +1,65 @@
-"""Ray engine, worker tasks: tokenize one piece, and assemble + write one group of shards.
+"""Ray engine, worker tasks: tokenize one piece, and execute + write one group of shards.
 
-Each task runs the local engine's own code (``tokenize_rows``/``tokens_from_rows``, ``apply_overflow``,
-``PackedColumns.build``), so the Ray engine's packs and bytes equal ``packwise pack``'s.
+Each task runs the pipeline's own steps (:mod:`packwise.pipeline._steps`: ``tokenize``, ``overflow``,
+``execute``, ``write_shard``), so the Ray engine's packs and bytes equal ``packwise pack``'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..constants import IGNORE_INDEX
 from ..io._read import RawInput
-from ..io._write import shard_name, write_shard
-from ..pipeline._overflow import apply_overflow
-from ..pipeline._samples import Samples, tokenize_rows
-from ..pipeline._table import PackedColumns
-from ..pipeline._tokens import tokens_from_rows
+from ..io._write import shard_name
+from ..pipeline._options import PackOptions
+from ..pipeline._samples import Samples
+from ..pipeline._steps import (
+    PieceCounts,
+    execute,
+    load_tokenizer_for,
+    overflow,
+    tokenize,
+    tokenizer_info,
+    write_shard,
+)
 from ..plan import PackPlan
-from ..plan._flat import mask_boundaries
 from ._ray_io import _read_piece
 
 MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with images (absent from pieces without)
-_TOKENIZERS: dict = {}  # per worker process: tokenizer ObjectRef hex -> tokenizer
 
 
-def _load_tokenizer(handle):
-    """``None``, a name or path (cached by ``load_tokenizer``), or ``[ObjectRef]`` (cached per worker)."""
-    from ..tokenize import load_tokenizer
+@dataclass(frozen=True)
+class PieceJob:
+    """What every tokenize task needs besides its piece and the :class:`PackOptions`."""
 
-    if handle is None or isinstance(handle, str):
-        return None if handle is None else load_tokenizer(handle)
-    import ray
+    name: str  # the input's name, in messages
+    kind: str  # "chat", "prompt", "tokens", ... (io._read.detect_kind)
+    template: str | None  # the chat template's text (resolved once, on the driver)
+    digest_rows: bool  # sum per-row digests (a ray.data.Dataset has no file to fingerprint)
+    keep_lengths: bool = False  # pass 1 returns the (n,) lengths (order-dependent planners need them all)
+    extra_names: list[str] | None = None  # per-token columns of the input's first good row
 
-    key = handle[0].hex()
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = load_tokenizer(ray.get(handle[0]))
-    return _TOKENIZERS[key]
+    def with_extra_names(self, names: list[str] | None) -> PieceJob:
+        return PieceJob(self.name, self.kind, self.template, self.digest_rows, self.keep_lengths, names)
+
+
+@dataclass
+class PieceStats:
+    """A tokenize task's small result (the samples and lengths stay in the object store)."""
+
+    counts: PieceCounts = field(default_factory=PieceCounts)
+    errors: list = field(default_factory=list)  # (rank, row, message) of the first 5 bad rows
+    fatal: str | None = None  # the input as a whole is unusable (a bad tokenizer, a column of the wrong type)
+    too_long: str | None = None  # overflow="error" met a long sample
+    tokenizer: tuple | None = None  # (name, fingerprint), from the first piece
+    digest: int = 0
+    hist: tuple = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (lengths, counts) after overflow
+    columns: dict = field(default_factory=dict)  # per-token column -> dtype
+    first_columns: list | None = None  # pre-tokenized: per-token columns of the piece's first good row
+    lengths: np.ndarray | None = None  # (n,) int32, when the job keeps them
 
 
 def _rank(j: int, msg: str, n_parse: int, raw: RawInput) -> int:
@@ -57,58 +77,75 @@ def _rank(j: int, msg: str, n_parse: int, raw: RawInput) -> int:
     return 3 if tail.startswith((": field 'labels'", ": field 'loss_mask'")) else 4
 
 
-def _tokenize(tag: str, data, meta: tuple, o: dict, info: bool):
-    """Worker: one piece through the local engine's validate/tokenize/normalise/overflow steps.
+def _row_digest(raw) -> int:
+    """Order-aware sum of per-row digests (input rows numbered from ``raw.start``): independent of blocks."""
+    total = 0
+    for i, row in enumerate(raw.rows if raw.rows is not None else raw.table.to_pylist()):
+        text = f"{raw.start + i}\0{json.dumps(row, sort_keys=True, default=str)}"
+        total += int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    return total
 
-    Returns ``(stats, samples, lengths)``: ``stats`` is small (counts, the first 5 bad rows, the length
-    histogram as ``(lengths, counts)``); ``samples`` (sources numbered within the piece) and ``lengths``
-    (``(n,)`` int32, for the plan hash and order-dependent planners) stay in the object store.
+
+def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, first: bool):
+    """Worker: one piece through the pipeline's read, tokenize and overflow steps.
+
+    Returns ``(stats, samples, lengths)``: ``stats`` is a small :class:`PieceStats`; ``samples`` (sources
+    numbered within the piece) and ``lengths`` (``(n,)`` int32, for the plan hash and order-dependent
+    planners) stay in the object store. Bad rows are always skipped here; the driver raises the first one
+    as the local engine would when ``skip_bad_rows`` is off.
     """
-    from ..tokenize import tokenizer_fingerprint, tokenizer_name
+    import ray
 
-    stats = {"rows": 0, "skipped": 0, "errors": [], "fatal": None, "too_long": None, "info": None, "digest": 0}
-    stats["images"] = stats["first_columns"] = None
-    stats |= {"tokens": 0, "loss": 0, "overflow": {}, "n": 0, "columns": {}}
-    stats["hist"] = (np.zeros(0, np.int32), np.zeros(0, np.int64))
+    stats = PieceStats()
+    if isinstance(data, ray.ObjectRef):  # in-memory rows or a block, put in the object store by the driver
+        data = ray.get(data)
     try:
-        raw = _read_piece(tag, data, meta, o["name"], o["kind"])
-        stats["rows"] = raw.num_rows
-        if o["rowsum"]:
-            for i, row in enumerate(raw.rows if raw.rows is not None else raw.table.to_pylist()):
-                text = f"{raw.start + i}\0{json.dumps(row, sort_keys=True, default=str)}"
-                stats["digest"] += int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-        tok = _load_tokenizer(o["tokenizer"])
-        if info and tok is not None:
-            stats["info"] = (tokenizer_name(tok), tokenizer_fingerprint(tok, o["template"]))
-        if o["kind"] == "tokens":
-            samples, skipped = tokens_from_rows(
-                raw, vocab_size=len(tok) if tok else None, skip_bad_rows=True, extra_names=o.get("extra_names")
-            )
-            stats["first_columns"] = sorted(samples.columns) if samples.num_sequences else None
-        else:
-            samples, skipped = tokenize_rows(
-                raw, tok, loss_on=o["loss_on"], chat_template=o["template"], skip_bad_rows=True, vision=o["vision"]
-            )
-    except ValueError as e:  # the input as a whole is unusable: a bad tokenizer, a column of the wrong type
-        stats["fatal"] = str(e)
-        return stats, None, None
-    stats["skipped"] = len(skipped)
-    stats["errors"] = sorted((_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped))[:5]
-    mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)  # as pack_columns: never a first target
-    stats["tokens"], stats["loss"] = samples.num_tokens, int((samples.labels != IGNORE_INDEX).sum())
-    stats["pads"] = samples.pad_tokens_removed  # attention_mask padding stripped on read (pipeline/_tokens.py)
-    try:
-        samples, counts = apply_overflow(samples, o["capacity"], o["overflow"], raw.locate, o["vision"])
+        raw = _read_piece(tag, data, meta, job.name, job.kind)
+        stats.counts = PieceCounts(rows_read=raw.num_rows)
+        if job.digest_rows:
+            stats.digest = _row_digest(raw)
+        tok = load_tokenizer_for(job.kind, options)
+        if first:
+            stats.tokenizer = tokenizer_info(tok, job.template)
+        samples, skipped = tokenize(raw, tok, job.template, options, skip_bad_rows=True, extra_names=job.extra_names)
+        if job.kind == "tokens":
+            stats.first_columns = sorted(samples.columns) if samples.num_sequences else None
     except ValueError as e:
-        stats["too_long"] = str(e)
+        stats.fatal = str(e)
         return stats, None, None
-    lengths = samples.lengths.astype(np.int32)
-    stats["overflow"], stats["n"] = asdict(counts), int(lengths.shape[0])
+    stats.counts = PieceCounts(rows_read=raw.num_rows, rows_skipped=len(skipped))
+    stats.errors = sorted((_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped))[:5]
+    try:
+        fitted, counts = overflow(samples, options, raw.locate)
+    except ValueError as e:
+        stats.too_long = str(e)
+        return stats, None, None
+    stats.counts = PieceCounts.of(raw.num_rows, len(skipped), samples, counts, fitted)
+    lengths = fitted.lengths.astype(np.int32)
     values, count = np.unique(lengths, return_counts=True)
-    stats["hist"] = (values.astype(np.int32), count.astype(np.int64))
-    stats["columns"] = {k: v.dtype.str for k, v in samples.columns.items()}
-    stats["images"] = None if samples.media is None else sum(len(m) for m in samples.media)
-    return stats, samples if samples.num_sequences else None, lengths
+    stats.hist = (values.astype(np.int32), count.astype(np.int64))
+    stats.columns = {k: v.dtype.str for k, v in fitted.columns.items()}
+    return stats, fitted if fitted.num_sequences else None, lengths
+
+
+def _place(piece: tuple, options: PackOptions, job: PieceJob, expect: tuple, hp, place, bounds, row_start: int,
+           seq_start: int, batch: int, first: bool):  # fmt: skip
+    """Worker, pass 2: the piece tokenized again (the same steps as pass 1) and its sequences cut by writer
+    group of this wave (see :func:`_split`); in the first wave also its ``(n,)`` lengths (for the plan hash)
+    and its share of the pad-to-longest baseline, else None for both.
+
+    Raises:
+        RuntimeError: the piece's length histogram differs from pass 1's (the input changed under the run).
+    """
+    stats, samples, lengths = _tokenize(*piece, options, job, False)
+    if samples is None or not all(np.array_equal(a, b) for a, b in zip(stats.hist, expect)):
+        why = stats.fatal or stats.too_long or "its sequence lengths differ"
+        raise RuntimeError(
+            f"{job.name}: rows {row_start}+ read differently in the second pass ({why}); the input changed "
+            "while packwise read it — pack a snapshot that does not change"
+        )
+    *parts, pad = _split(samples, hp, place, bounds, row_start, seq_start, batch)
+    return (*parts, pad if first else None, lengths if first else None)
 
 
 def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_start: int, seq_start: int, batch: int):
@@ -116,12 +153,17 @@ def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_star
     with global sources; the last value is the piece's share of the pad-to-longest baseline.
 
     With ``hp`` None, ``place`` holds the sequences' plan positions (from a driver-side ``PackPlan``); with a
-    :class:`~packwise.plan.HistogramPlan`, ``place`` holds per cost the sequences of earlier pieces, and the
+    :class:`~packwise.plan.HistogramPlan`, ``place`` holds per cost the sequences of earlier pieces (``(C+1,)``,
+    or ``(costs, offsets)`` for the piece's own costs only), and the
     piece places its own sequences from the templates, so the driver never holds per-sequence arrays.
     """
     if hp is None:
         pos = place
     else:
+        if isinstance(place, tuple):  # (costs, offsets) of this piece's costs only: the (C+1,) array here
+            dense = np.zeros(hp.capacity + 1, dtype=np.int64)
+            dense[place[0]] = place[1]
+            place = dense
         pack, slot = hp.place(samples.lengths, place)
         pos = hp.pack_offsets(pack) + slot
     group = np.searchsorted(bounds, pos, side="right") - 1
@@ -155,15 +197,27 @@ def _pad_share(lengths: np.ndarray, seq_start: int, batch: int) -> tuple[int, li
     return int((longest[whole] * batch).sum()), edges
 
 
-def _write_group(meta: tuple, *parts):
-    """Worker: build and write the Parquet shards of one group from the sequences the pieces sent.
+@dataclass(frozen=True)
+class WriteJob:
+    """What one shard writer writes: ``shards`` as ``(shard, first pack, stop pack)`` within the group."""
 
-    Returns ``(shards, pack_length_counts, order)``: ``[(shard, packs, tokens, loss tokens, masked, entry)]``
-    (``entry``: the shard's ``metadata.json`` record from :func:`~packwise.io._write.write_shard`),
-    ``(C+1,)`` packs per real token count, and the group's ``(n,)`` sequence indices in plan order (the
-    group's slice of ``PackPlan.order``, for the plan hash).
+    tmp: object  # the staging directory (str) or a _ray_fs.Loc (remote output)
+    num_shards: int
+    shards: list
+    offsets: object  # (packs+1,) sequence offsets in plan order, or (HistogramPlan, first pack, stop pack)
+    capacity: int
+    algorithm: str
+    columns: dict  # per-token column -> dtype, as every piece has them
+
+
+def _write_group(job: WriteJob, *parts):
+    """Worker: execute the plan for one group of shards from the sequences the pieces sent, and write them.
+
+    Returns ``(shards, pack_length_counts, order)``: ``[(metadata.json entry, PackedCounts)]``, ``(C+1,)``
+    packs per real token count, and the group's ``(n,)`` sequence indices in plan order (the group's slice
+    of ``PackPlan.order``, for the plan hash).
     """
-    tmp, n_shards, jobs, offsets, capacity, algorithm, columns = meta
+    offsets = job.offsets
     if isinstance(offsets, tuple):  # (HistogramPlan, first pack, last pack + 1): O(packs of this group) here
         offsets = offsets[0].pack_offsets(np.arange(offsets[1], offsets[2] + 1))
     parts = [p for p in parts if p is not None]
@@ -175,32 +229,31 @@ def _write_group(meta: tuple, *parts):
     seq_offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=seq_offsets[1:])
     media = [p.media for p, _, _ in parts]  # a piece without images has no media: fill it in
-    if MEDIA_TYPES in columns:
+    if MEDIA_TYPES in job.columns:
         media = [[[]] * p.num_sequences if m is None else m for m, (p, _, _) in zip(media, parts)]
         for p, _, _ in parts:
             p.columns.setdefault(MEDIA_TYPES, np.zeros(p.num_tokens, np.int8))
-    cols = {k: cat([p.columns[k] for p, _, _ in parts], dtype) for k, dtype in columns.items()}
+    cols = {k: cat([p.columns[k] for p, _, _ in parts], dtype) for k, dtype in job.columns.items()}
     ids, labels = cat([p.ids for p, _, _ in parts], "int32"), cat([p.labels for p, _, _ in parts], "int32")
     samples = Samples(ids, labels, seq_offsets, cat([p.source for p, _, _ in parts], "int64"), cols)
-    if MEDIA_TYPES in columns:
+    if MEDIA_TYPES in job.columns:
         samples.media = [m for piece in media for m in piece]
         samples.media_root = next((p.media_root for p, _, _ in parts if p.media_root), None)
     pos = cat([q for _, q, _ in parts], "int64")
     order = np.argsort(pos)
     seq = cat([s for _, _, s in parts], "int64")[order]
     pos, done = pos[order], []
-    fills = np.zeros(capacity + 1, dtype=np.int64)
-    for shard, p0, p1 in jobs:
+    fills = np.zeros(job.capacity + 1, dtype=np.int64)
+    local = isinstance(job.tmp, str)  # else a _ray_fs.Loc
+    for shard, p0, p1 in job.shards:
         a, b = np.searchsorted(pos, [offsets[p0], offsets[p1]])
-        plan = PackPlan(order[a:b], offsets[p0 : p1 + 1] - offsets[p0], lengths, capacity, algorithm)
-        fills += np.bincount(plan.pack_lengths(), minlength=capacity + 1)
-        packed = PackedColumns.build(samples, plan)
-        if isinstance(tmp, str):
-            entry = write_shard(packed.table(), Path(tmp) / shard_name(shard, n_shards))
-        else:  # a Loc on a pyarrow filesystem (remote output)
-            where = tmp.child(shard_name(shard, n_shards))
-            entry = write_shard(packed.table(), where.path, filesystem=where.fs)
-        loss = int((packed.labels != IGNORE_INDEX).sum())
-        masked = packed.loss_tokens_masked_at_boundary
-        done.append((shard, packed.num_packs, int(packed.ids.shape[0]), loss, masked, entry))
+        plan = PackPlan(order[a:b], offsets[p0 : p1 + 1] - offsets[p0], lengths, job.capacity, job.algorithm)
+        fills += np.bincount(plan.pack_lengths(), minlength=job.capacity + 1)
+        packed, counts = execute(samples, plan)
+        name = shard_name(shard, job.num_shards)
+        if local:
+            entry = write_shard(packed, 0, packed.num_packs, f"{job.tmp}/{name}")
+        else:  # a Loc on a pyarrow filesystem
+            entry = write_shard(packed, 0, packed.num_packs, job.tmp.child(name).path, filesystem=job.tmp.fs)
+        done.append((entry, counts))
     return done, fills, seq

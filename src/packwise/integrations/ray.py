@@ -1,24 +1,30 @@
-"""Offline packing on Ray (Ray core tasks): distributed read, tokenization, assembly and Parquet write, with
-the same packs and output as ``packwise pack``, and a driver whose memory does not grow with the dataset.
+"""Offline packing on Ray (Ray Data + Ray tasks): distributed read, tokenization, assembly and Parquet write,
+with the same packs and output as ``packwise pack``, a driver whose memory does not grow with the dataset, and
+an object store that never holds the whole tokenized dataset.
 
-1. Read + tokenize, on workers. The input is cut into pieces in input order: JSONL byte ranges cut at line
-   ends, Parquet row groups (sliced), Arrow files of a saved HF dataset (sliced), ``ray.data.Dataset`` blocks
-   (sliced; read with ``preserve_order``), or slices of in-memory rows; paths are local or on any pyarrow
-   filesystem (``s3://...``, see ``_ray_fs``). Each piece runs the local engine's own validation,
-   tokenization, first-label normalisation and overflow policy; its samples stay in the object store and the
-   driver gets its length histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types
-   and fails a whole block on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other
-   Unicode breaks: byte ranges keep the local reader's line numbers and messages.)
-2. Plan, on the driver, from the summed histogram with :func:`packwise.plan.plan_histogram`: pack templates,
-   O(C + templates) memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them
-   the ``(N,)`` lengths come to the driver and :func:`packwise.plan.plan_packs` plans.)
-3. Place + assemble + write, on workers. Each piece places its own sequences from the templates and its
-   per-length offsets (sequences of each length in earlier pieces) and sends them to the writer of their shard
-   group, which builds packs with ``PackedColumns.build`` and writes ``packs-*.parquet`` into a temporary
-   directory (or prefix).
+The pipeline's own steps run (:mod:`packwise.pipeline._steps`, with one :class:`~packwise.pipeline.PackOptions`);
+this module decides where:
+
+1. Pass 1, read + tokenize + overflow, on Ray Data (``_ray_data``). The input is cut into pieces in input
+   order: JSONL byte ranges cut at line ends, Parquet row groups (sliced), row ranges of the Arrow files of a
+   saved HF dataset, ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or slices of
+   in-memory rows; paths are local or on any pyarrow filesystem (``s3://...``, see ``_ray_fs``).
+   ``map_batches`` runs the steps on each piece and streams back only its counts, first bad rows and length
+   histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types and fails a whole block
+   on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte
+   ranges keep the local reader's line numbers and messages.)
+2. Plan, on the driver, from the summed histogram (``plan_from_histogram``): pack templates, O(C + templates)
+   memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them the ``(N,)``
+   lengths come to the driver and ``plan`` runs :func:`packwise.plan.plan_packs`.)
+3. Pass 2, place + execute + write, on Ray tasks. Each piece is tokenized again (the histogram must match
+   pass 1's), places its own sequences from the templates and its per-length offsets (sequences of each
+   length in earlier pieces) and sends them to the writer of their shard group, which runs ``execute`` and
+   ``write_shard`` into a temporary directory (or prefix). Writer groups run in waves whose rows fit the
+   store budget (``_ray_data.STORE_FRACTION`` of the object store): one wave unless the data is larger.
 4. Commit, on the driver. The plan hash is streamed from the pieces' lengths and the writers' slices of the
-   plan order; ``metadata.json`` is written and the directory renamed into place (remote: shards moved from the
-   temporary prefix, ``metadata.json`` last); a failed run leaves no partial output.
+   plan order; ``build_report`` merges the counts; ``metadata.json`` is written and the directory renamed
+   into place (remote: shards moved from the temporary prefix, ``metadata.json`` last); a failed run leaves
+   no partial output.
 
 On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), either install packwise (with the
 ``hf`` extra for text input) on every node, or pass ``runtime_env={"py_modules": [packwise.__path__[0]],
@@ -37,68 +43,57 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
 from ..io._output import claim_output
-from ..io._read import FORMATS, Format
-from ..pipeline._overflow import OVERFLOW_POLICIES, Overflow
+from ..pipeline._options import PackOptions
 from ..pipeline._pack import resolve_chat_template
 from ..pipeline._report import PackReport
-from ..plan import plan_packs
+from ..pipeline._steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
+from ._ray_data import store_budget, tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_workers import _split, _tokenize, _write_group
+from ._ray_workers import PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
 GROUP_BYTES = 2 << 30  # about the most token bytes one writer task holds
+
+#: Pass 2 reads the input once per wave: beyond this many waves a wave holds more than the store budget and
+#: Ray spills the excess to local disk (cheaper than reading the input again and again).
+MAX_WAVES = 8
 
 
 def pack_ray(
     ds,
     output,
     *,
-    capacity: int = 4096,
-    tokenizer=None,
-    algorithm: str = "best_fit_decreasing",
-    seed: int | None = None,
-    overflow: Overflow = "truncate",
-    loss_on: str = "assistant",
-    chat_template: str | None = None,
-    skip_bad_rows: bool = False,
-    max_sequences_per_pack: int | None = None,
-    format: Format | None = None,  # noqa: A002
-    vision=None,
-    min_packs: int | None = None,
-    pack_count_multiple: int | None = None,
-    alignment: int = 1,
-    algorithm_options: dict | None = None,
+    options: PackOptions | None = None,
     packs_per_shard: int = 10_000,
     overwrite: bool = False,
     num_cpus: int | None = None,
     ray_address: str | None = None,
     runtime_env: dict | None = None,
     filesystem=None,
+    **fields,
 ) -> PackReport:
     """Pack a dataset on Ray into ``output``, in the ``packwise pack`` format, with the local engine's packs.
 
     Same input, options and seed give what ``packwise pack`` gives: the same ``plan_hash``, token
-    accounting, ``metadata.json`` and Parquet files (byte for byte).
+    accounting, ``metadata.json`` and Parquet files (byte for byte). The same pipeline steps run
+    (:mod:`packwise.pipeline._steps`); Ray decides where.
 
     Args:
         ds: a JSONL file, a Parquet file/directory or a saved HF dataset directory, as a local path or a
             pyarrow filesystem URI (``s3://bucket/data/?endpoint_override=...``); or a ``ray.data.Dataset``;
-            or in memory (put in the
-            object store from the driver): a list of dict rows, a ``pyarrow.Table``, a ``datasets.Dataset``
-            or a :class:`~packwise.io._read.RawInput` (the CLI's default, ``chitchat_input()``).
-            Rows hold ``messages``, ``prompt`` + ``completion``, or ``input_ids`` (+ ``labels``/``loss_mask``
-            and per-token columns).
+            or in memory (put in the object store from the driver): a list of dict rows, a
+            ``pyarrow.Table``, a ``datasets.Dataset`` or a :class:`~packwise.io._read.RawInput` (the CLI's
+            default, ``chitchat_input()``). Rows hold ``messages``, ``prompt`` + ``completion``, or
+            ``input_ids`` (+ ``labels``/``loss_mask`` and per-token columns).
         output: output directory (local path or URI); must be empty unless ``overwrite`` (remote output must
             be an empty or new prefix: packwise does not replace remote objects).
-        capacity, tokenizer, algorithm, seed, overflow, loss_on, chat_template, skip_bad_rows,
-            max_sequences_per_pack, format, vision, min_packs, pack_count_multiple, alignment,
-            algorithm_options: as :func:`packwise.pipeline.pack_columns` (so ``**PackingConfig.pipeline_kwargs()``
-            fits); ``tokenizer`` may also be a tokenizer object (put in the object store once).
+        options: a :class:`~packwise.pipeline.PackOptions`; ``**fields`` (its field names: ``capacity``,
+            ``tokenizer``, ``algorithm``, ...) build one or replace its values, so
+            ``**PackingConfig.pipeline_kwargs()`` fits. ``tokenizer`` may also be a tokenizer object.
         packs_per_shard, overwrite: as ``packwise pack``.
         num_cpus: CPUs of the local Ray instance started when Ray is not running (default: all).
         ray_address: connect to this cluster instead. When Ray is already initialised in this process,
@@ -132,22 +127,13 @@ def pack_ray(
         import ray
     except ImportError as e:
         raise ValueError("pack_ray needs Ray: pip install 'packwise[ray]'") from e
-    if loss_on not in ("assistant", "all"):
-        raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
-    if format not in (None, *FORMATS):
-        raise ValueError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
-    if overflow not in OVERFLOW_POLICIES:
-        raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW_POLICIES)}")
-    checks = {"capacity": capacity, "packs_per_shard": packs_per_shard, "num_cpus": 1 if num_cpus is None else num_cpus}
+    opts = PackOptions.of(options, **fields)
+    checks = {"packs_per_shard": packs_per_shard, "num_cpus": 1 if num_cpus is None else num_cpus}
     for name, value in checks.items():  # num_cpus=0 would start a Ray that runs no task, and wait forever
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if runtime_env is not None and not isinstance(runtime_env, dict):
         raise TypeError(f"runtime_env must be a dict (Ray's runtime_env), got {type(runtime_env).__name__}")
-    plan_args = {"capacity": capacity, "algorithm": algorithm, "seed": seed, "alignment": alignment}
-    plan_args |= {"max_sequences_per_pack": max_sequences_per_pack, **(algorithm_options or {})}
-    plan_packs([1], **plan_args)  # checks the algorithm and its options before any work
-    plan_args |= {"min_packs": min_packs, "pack_count_multiple": pack_count_multiple}
     remote = resolve(output, filesystem)
     if remote is not None:
         out, owner, claim = RemoteOutput(remote, overwrite=overwrite), True, nullcontext()
@@ -155,90 +141,48 @@ def pack_ray(
         out = claim = claim_output(output, overwrite=overwrite)
         owner = out._depth == 0
     timings: dict[str, float] = {}
-    opts = {"template": resolve_chat_template(chat_template), "loss_on": loss_on}
-    limit = capacity // alignment * alignment  # as pack_columns: the longest sequence that still fits once aligned
-    opts |= {"capacity": limit, "overflow": overflow, "vision": vision}
+    template = resolve_chat_template(opts.chat_template)
     with claim, _session(num_cpus, ray_address, runtime_env):
         t = time.perf_counter()
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        name, kind, pieces, fingerprint = _source(ray, ds, format, skip_bad_rows, cpus, filesystem)
+        name, kind, pieces, fingerprint = _source(ray, ds, opts.format, opts.skip_bad_rows, cpus, filesystem)
         if kind != "tokens" and remote is None:  # images: the local engine's absolute media root, in every worker
             from ..pipeline._media import with_media_root
 
-            vision = opts["vision"] = with_media_root(vision, name)
+            opts = opts.replace(vision=with_media_root(opts.vision, name))
         timings["read"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        if tokenizer is None and kind != "tokens":
-            tokenizer = "qwen2.5"
-        if tokenizer is not None:
-            tokenizer = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else [ray.put(tokenizer)]
-        opts |= {"name": name, "kind": kind, "tokenizer": tokenizer, "rowsum": fingerprint is None}
-        task = ray.remote(_tokenize).options(num_returns=3)
-        refs = [task.remote(tag, data, meta, opts, i == 0) for i, (tag, data, meta) in enumerate(pieces)]
-        stats = ray.get([r[0] for r in refs])
-        samples, lengths = [r[1] for r in refs], [r[2] for r in refs]
-        first = next((s["first_columns"] for s in stats if s["first_columns"] is not None), None)
-        again = [i for i, s in enumerate(stats) if s["first_columns"] not in (None, first)]
-        for i, r in zip(again, [task.remote(*pieces[i], opts | {"extra_names": first}, False) for i in again]):
-            stats[i], samples[i], lengths[i] = ray.get(r[0]), r[1], r[2]  # as the local engine: the first good row's
-        del pieces, refs  # columns, for all
+        keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
+        job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep)
+        stats, jobs = tokenize_pieces(ray, pieces, opts, job)
         if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
-            fingerprint = f"{sum(s['digest'] for s in stats) % (1 << 64):016x}"
+            fingerprint = f"{sum(s.digest for s in stats) % (1 << 64):016x}"
         elif not isinstance(fingerprint, str):
             fingerprint = ray.get(fingerprint)
-        skipped, examples = _check(stats, name, skip_bad_rows)
-        if sum(s["n"] for s in stats) == 0:  # every sample dropped by overflow: pack_columns' message
-            dropped = sum(s["overflow"].get("samples_dropped", 0) for s in stats)
-            raise ValueError(
-                f"{name}: no sequence left to pack ({dropped} of {sum(s['rows'] for s in stats) - skipped} samples "
-                f"dropped by overflow={overflow!r} at capacity {capacity}); raise --capacity or use truncate/split"
-            )
+        counts, skipped = _check(stats, name, opts.skip_bad_rows)
+        check_sequences(name, counts, opts)
         timings["tokenize"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        plan = _plan(ray, stats, lengths, plan_args)
+        plan = _plan(stats, opts)
         timings["plan"] = time.perf_counter() - t
 
         t = time.perf_counter()
         tmp = out.start() if remote is not None else out.staging()
         writers: list = []
         try:
-            shards, fills, order, pad = _assemble(ray, plan, stats, samples, packs_per_shard, tmp, writers, cpus)
+            work = (pieces, jobs, ray.put(opts))
+            shards, fills, order, pad, lengths = _assemble(ray, plan, stats, work, packs_per_shard, tmp, writers, cpus)
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
-            rows = sum(s["rows"] for s in stats)
-            tok_name, tok_fingerprint = next((s["info"] for s in stats if s["info"]), (None, None))
-            counts = {k: sum(s["overflow"][k] for s in stats) for k in stats[0]["overflow"]}
-            multimodal = None
-            if any(s["images"] is not None for s in stats):  # as pack_columns, for data with images
-                from ..multimodal import VisionSpec
-
-                images = {
-                    "images_packed": sum(s["images"] or 0 for s in stats),
-                    "images_dropped": counts["images_dropped"],
-                }
-                multimodal = {**(vision or VisionSpec()).to_dict(), **images}
-            counts.pop("images_dropped", None)
-            counts.pop("audio_dropped", None)  # audio/video in Ray packing are not reported yet (h18)
-            counts.pop("videos_dropped", None)
-            report = PackReport(
-                input=name, input_fingerprint=fingerprint, tokenizer=tok_name, tokenizer_fingerprint=tok_fingerprint,
-                capacity=capacity, algorithm=plan.algorithm, seed=plan.seed, overflow=overflow,
-                loss_on=loss_on if kind != "tokens" else "labels",
-                rows_read=rows, rows_skipped=skipped, samples=rows - skipped, **counts,
-                tokens_read=sum(s["tokens"] for s in stats), loss_tokens_read=sum(s["loss"] for s in stats),
-                sequences_packed=plan.num_sequences, tokens_packed=sum(s[2] for s in shards),
-                loss_tokens_packed=sum(s[3] for s in shards), loss_tokens_masked_at_boundary=sum(s[4] for s in shards),
-                packs=plan.num_packs, plan_hash=_plan_hash(ray, plan, lengths, order),
-                metrics=_metrics(plan, fills, pad), packwise_version=__version__,
-                timings=timings, skipped_examples=examples, alignment=plan.alignment,
-                algorithm_options=dict(algorithm_options or {}), multimodal=multimodal,
-                pad_tokens_removed=sum(s.get("pads", 0) for s in stats),
+            report = build_report(
+                source=(name, fingerprint, kind), tokenizer=next((s.tokenizer for s in stats if s.tokenizer), None),
+                options=opts, counts=counts, packed=sum((c for _, c in shards), PackedCounts()), plan=plan,
+                plan_hash=_plan_hash(ray, plan, lengths, order), metrics=_metrics(plan, fills, pad),
+                timings=timings, skipped=skipped,
             )  # fmt: skip
-            report.check()
-            shard_list = [s[5] for s in shards]  # write_shard's entries: file, packs, bytes, sha256
-            _commit(tmp, out if owner else None, report, shard_list)
+            _commit(tmp, out if owner else None, report, [entry for entry, _ in shards])
             tmp = None
         except BaseException as e:
             # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task
@@ -327,54 +271,74 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
         ray.shutdown()
 
 
-def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Send sequences to shard-group writers. Returns ``(shards, pack_length_counts, order refs, pad)``:
-    ``[(shard, packs, tokens, loss tokens, masked)]`` in shard order, ``(C+1,)`` packs per real token count,
-    one ObjectRef per writer to its slice of the plan order, and the pad-to-longest baseline in tokens."""
+def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, writers: list, cpus: int):
+    """Pass 2: place every piece's sequences and send them to shard-group writers, in waves of writer groups
+    whose rows fit the streaming budget (``_ray_data.store_budget``), so the object store holds one wave's
+    rows at a time; each wave tokenizes the pieces again (waves = 1 unless the data is larger than the budget).
+
+    Returns ``(shards, pack_length_counts, order refs, pad, lengths refs)``: ``[(metadata.json entry,
+    PackedCounts)]`` in shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its
+    slice of the plan order, the pad-to-longest baseline in tokens, and one ObjectRef per piece to its
+    lengths."""
     from ..plan import HistogramPlan
 
+    pieces, jobs, options = work
     hist = isinstance(plan, HistogramPlan)
     n_seq, n_packs = plan.num_sequences, plan.num_packs
-    n_shards = max(1, math.ceil(n_packs / per_shard))
-    pack_bounds = np.minimum(np.arange(n_shards + 1) * per_shard, n_packs)
-    tokens = sum(int((s["hist"][0].astype(np.int64) * s["hist"][1]).sum()) for s in stats)
-    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(tokens * 8 / GROUP_BYTES)))
+    pack_bounds = shard_bounds(n_packs, per_shard)
+    n_shards = pack_bounds.shape[0] - 1
+    token_bytes = 8 * sum(int((s.hist[0].astype(np.int64) * s.hist[1]).sum()) for s in stats)  # ids + labels
+    waves = min(MAX_WAVES, max(1, math.ceil(token_bytes / store_budget(ray))))
+    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus * waves, math.ceil(token_bytes / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
     group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
     seq_bounds = plan.pack_offsets(group_packs) if hist else plan.offsets[group_packs]
     batch = max(1, round(n_seq / n_packs)) if n_packs else 1  # PackingMetrics' pad-to-longest batch size
     if hist:
-        hp_ref = ray.put(plan)
-        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+        plan_ref = ray.put(plan)
     else:
         pos = np.empty(n_seq, dtype=np.int64)  # position of each sequence in plan order
         pos[plan.order] = np.arange(n_seq, dtype=np.int64)
-    split = ray.remote(_split).options(num_returns=n_groups + 1)
-    parts, pads, seq, row = [], [], 0, 0
-    for s, ref in zip(stats, samples):
-        n = s["n"]
-        if n:  # a piece whose rows were all skipped or dropped sends nothing (its ref holds None)
-            if hist:
-                out = split.remote(ref, hp_ref, cost_offsets.copy(), seq_bounds, row, seq, batch)
-                np.add.at(cost_offsets, plan.costs_of(s["hist"][0]), s["hist"][1])
-            else:
-                out = split.remote(ref, None, pos[seq : seq + n], seq_bounds, row, seq, batch)
-            parts.append(out[:-1])
-            pads.append(out[-1])
-        seq, row = seq + n, row + s["rows"]
-    samples.clear()
-    columns = {k: v for s in stats if s["n"] for k, v in s["columns"].items()}  # pieces agree
+    columns = {k: v for s in stats if s.counts.sequences for k, v in s.columns.items()}  # pieces agree
     write = ray.remote(_write_group).options(num_returns=3)
-    results = []
-    for g, shards in enumerate(groups):
-        p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
-        jobs = [(int(s), int(pack_bounds[s]) - p0, int(pack_bounds[s + 1]) - p0) for s in shards]
-        offsets = (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]  # a histogram plan: the writer computes them
-        meta = (tmp if not isinstance(tmp, Path) else str(tmp), n_shards, jobs, offsets, plan.capacity, plan.algorithm)
-        meta += (columns,)
-        refs = write.remote(meta, *[p[g] for p in parts])
-        writers.append(refs[0])
-        results.append(refs)
+    results, pads, lengths = [], [], []
+    for w, wave in enumerate(np.array_split(np.arange(n_groups), min(waves, n_groups))):
+        g0, g1 = int(wave[0]), int(wave[-1]) + 1
+        place = ray.remote(_place).options(num_returns=g1 - g0 + 2)
+        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+        parts, seq, row = [], 0, 0
+        for i, s in enumerate(stats):
+            n = s.counts.sequences
+            if n:  # a piece whose rows were all skipped or dropped sends nothing
+                if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
+                    costs = np.unique(plan.costs_of(s.hist[0]))
+                    where = (plan_ref, (costs, cost_offsets[costs]))
+                else:
+                    where = (None, pos[seq : seq + n])
+                out = place.remote(pieces[i], options, jobs[i], s.hist, *where, seq_bounds[g0 : g1 + 1], row, seq,
+                                   batch, w == 0)  # fmt: skip
+                if hist:
+                    np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
+                parts.append(out[:-2])
+                if w == 0:
+                    pads.append(out[-2])
+                    lengths.append(out[-1])
+            seq, row = seq + n, row + s.counts.rows_read
+        refs = []
+        for g in range(g0, g1):
+            shards = groups[g]
+            p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
+            jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
+            offsets = (
+                (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
+            )  # a histogram plan: the writer computes them
+            job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
+                           plan.algorithm, columns)  # fmt: skip
+            refs.append(write.remote(job, *[p[g - g0] for p in parts]))
+        writers.extend(r[0] for r in refs)
+        results.extend(refs)
+        del parts
+        ray.get([r[0] for r in refs])  # the wave is written (a failure stops here): its rows are freed
     done = ray.get(writers)
     fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
     whole, edges = 0, {}
@@ -384,7 +348,7 @@ def _assemble(ray, plan, stats: list, samples: list, per_shard: int, tmp: Path, 
             m, r = edges.get(b, (0, 0))
             edges[b] = (max(m, longest), r + rows)
     pad = whole + sum(m * r for m, r in edges.values())
-    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
+    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad, lengths
 
 
 __all__ = ["pack_dataset", "pack_ray"]

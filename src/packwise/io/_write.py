@@ -194,10 +194,14 @@ def write_packed(
     return dest.path
 
 
+def metadata_text(metadata: dict, shards: list[dict]) -> str:
+    """``metadata.json``'s text: ``format``, the settings and counts, ``shards`` (sorted keys: reproducible)."""
+    return json.dumps({"format": FORMAT, **metadata, "shards": shards}, indent=2, sort_keys=True) + "\n"
+
+
 def write_metadata(directory: Path, metadata: dict, shards: list[dict]) -> None:
     """``metadata.json`` (``format``, the settings and counts, ``shards``) into ``directory``."""
-    meta = {"format": FORMAT, **metadata, "shards": shards}
-    (directory / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (directory / METADATA).write_text(metadata_text(metadata, shards))
 
 
 def read_metadata(path) -> dict:

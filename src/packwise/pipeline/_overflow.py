@@ -7,7 +7,7 @@ Every truncated, split or dropped token and sample is counted (and loss-carrying
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal, get_args
 
 import numpy as np
@@ -17,6 +17,8 @@ from ._samples import Samples
 
 Overflow = Literal["truncate", "split", "drop", "error"]
 OVERFLOW_POLICIES: tuple[str, ...] = get_args(Overflow)
+#: Media dropped with the tokens around them (reported under ``PackReport.multimodal``).
+MEDIA_DROPS = ("images_dropped", "audio_dropped", "videos_dropped")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,14 @@ class OverflowCounts:
     images_dropped: int = 0
     audio_dropped: int = 0
     videos_dropped: int = 0
+
+    def __add__(self, other: OverflowCounts) -> OverflowCounts:
+        """The counts of two parts of one input together (the Ray engine sums its pieces')."""
+        return OverflowCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def token_counts(self) -> dict[str, int]:
+        """The :class:`PackReport` fields among these (media drops are reported under ``multimodal``)."""
+        return {k: v for k, v in asdict(self).items() if k not in MEDIA_DROPS}
 
 
 def apply_overflow(

@@ -6,16 +6,23 @@ import os
 import time
 from collections.abc import Callable
 
-from .. import __version__
-from ..constants import IGNORE_INDEX
-from ..io._read import SKIP_HINT, Format, RawInput, from_rows, read_input
-from ..plan import plan_packs
-from ..plan._flat import mask_boundaries
-from ._overflow import Overflow, apply_overflow
+from ..io._read import Format, RawInput, from_rows, read_input
+from ._options import PackOptions
 from ._report import PackReport
-from ._samples import tokenize_rows
+from ._steps import (
+    PieceCounts,
+    build_report,
+    check_rows,
+    check_sequences,
+    execute,
+    load_tokenizer_for,
+    overflow,
+    plan,
+    shard_bounds,
+    tokenize,
+    tokenizer_info,
+)
 from ._table import PackedColumns
-from ._tokens import tokens_from_rows
 
 #: ``progress(stage, total)`` returns a function that advances that stage by ``n``.
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -39,160 +46,79 @@ def _as_input(data, format: Format | None, skip_bad_rows: bool) -> RawInput:  # 
 
 
 def pack_columns(
-    data,
-    *,
-    capacity: int = 4096,
-    tokenizer=None,
-    algorithm: str = "best_fit_decreasing",
-    seed: int | None = None,
-    overflow: Overflow = "truncate",
-    loss_on: str = "assistant",
-    chat_template: str | None = None,
-    skip_bad_rows: bool = False,
-    max_sequences_per_pack: int | None = None,
-    format: Format | None = None,  # noqa: A002
-    progress: Progress | None = None,
-    vision=None,
-    min_packs: int | None = None,
-    pack_count_multiple: int | None = None,
-    alignment: int = 1,
-    algorithm_options: dict | None = None,
+    data, *, options: PackOptions | None = None, progress: Progress | None = None, **fields
 ) -> tuple[PackedColumns, PackReport]:
-    """:func:`pack_dataset` without the final table: the flat packed columns (for sharded writes)."""
-    from ..tokenize import load_tokenizer, tokenizer_fingerprint, tokenizer_name
+    """:func:`pack_dataset` without the final table: the flat packed columns (for sharded writes).
 
-    if loss_on not in ("assistant", "all"):
-        raise ValueError(f"loss_on must be 'assistant' or 'all', got {loss_on!r}")
+    The local engine: every step of :mod:`packwise.pipeline._steps` in this process, on the whole input.
+    ``options`` (a :class:`PackOptions`) and/or its ``fields`` as keywords (``capacity=...``).
+    """
+    opts = PackOptions.of(options, **fields)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     advance_read = progress("read", 1) if progress else None  # a bar with elapsed time while reading
-    raw = _as_input(data, format, skip_bad_rows)
+    raw = _as_input(data, opts.format, opts.skip_bad_rows)
     if advance_read:
         advance_read(1)
     timings["read"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    template = resolve_chat_template(chat_template)
-    if raw.kind == "tokens":
-        tok = load_tokenizer(tokenizer) if tokenizer is not None else None
-        samples, skipped = tokens_from_rows(raw, vocab_size=len(tok) if tok else None, skip_bad_rows=skip_bad_rows)
-    else:
+    template = resolve_chat_template(opts.chat_template)
+    if raw.kind != "tokens":
         from ._media import with_media_root
 
-        vision = with_media_root(vision, raw.name)  # the same absolute root in metadata on both engines
-        loaded = progress("tokenizer", 1) if progress else None  # loading imports transformers: a second or more
-        tok = load_tokenizer(tokenizer if tokenizer is not None else "qwen2.5")
-        if loaded:
-            loaded(1)
-        advance = progress("tokenize", raw.num_rows) if progress else None
-        samples, skipped = tokenize_rows(
-            raw, tok, loss_on=loss_on, chat_template=template, skip_bad_rows=skip_bad_rows, progress=advance,
-            vision=vision,
-        )  # fmt: skip
+        opts = opts.replace(vision=with_media_root(opts.vision, raw.name))  # the same root on both engines
+    loaded = progress("tokenizer", 1) if progress and raw.kind != "tokens" else None  # imports transformers: ~1 s
+    tok = load_tokenizer_for(raw.kind, opts)
+    if loaded:
+        loaded(1)
+    advance = progress("tokenize", raw.num_rows) if progress and raw.kind != "tokens" else None
+    samples, skipped = tokenize(raw, tok, template, opts, skip_bad_rows=opts.skip_bad_rows, progress=advance)
     timings["tokenize"] = time.perf_counter() - t
-    if samples.num_sequences == 0:
-        raise ValueError(f"{raw.name}: no usable rows ({len(skipped)} skipped); nothing to pack")
-    # HF shifts labels inside the loss, so a sample's first label is never a target: normalise it to -100
-    # and count only real targets as loss tokens.
-    mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)
-    pads_removed = samples.pad_tokens_removed  # padding stripped on read: never part of tokens_read
-    tokens_read = samples.num_tokens
-    loss_read = int((samples.labels != IGNORE_INDEX).sum())
+    check_rows(raw.name, PieceCounts(rows_read=raw.num_rows, rows_skipped=len(skipped)))
 
     t = time.perf_counter()
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or not 1 <= alignment <= capacity:
-        raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
-    limit = capacity // alignment * alignment  # the longest sequence that still fits once aligned
-    samples, oc = apply_overflow(samples, limit, overflow, raw.locate, vision)
-    if samples.num_sequences == 0:
-        raise ValueError(
-            f"{raw.name}: no sequence left to pack ({oc.samples_dropped} of {len(samples.source) + oc.samples_dropped} "
-            f"samples dropped by overflow={overflow!r} at capacity {capacity}); raise --capacity or use truncate/split"
-        )
-    images = None
-    if samples.media is not None:
-        from ..multimodal import VisionSpec
-
-        images = {**(vision or VisionSpec()).to_dict(), "images_packed": sum(len(m) for m in samples.media),
-                  "images_dropped": oc.images_dropped}  # fmt: skip
-        videos = sum(len(r) == 3 for m in samples.media for r in m)
-        if videos or oc.videos_dropped:
-            images["images_packed"] -= videos
-            images |= {"videos_packed": videos, "videos_dropped": oc.videos_dropped}
-        if any(isinstance(r[1], int) for m in samples.media for r in m) or oc.audio_dropped:  # audio clips
-            from ..multimodal import AudioSpec
-
-            clips = sum(isinstance(r[1], int) for m in samples.media for r in m)
-            images["images_packed"] -= clips
-            images |= {"audio": AudioSpec().to_dict(), "audio_packed": clips, "audio_dropped": oc.audio_dropped}
+    fitted, oc = overflow(samples, opts, raw.locate)
+    counts = PieceCounts.of(raw.num_rows, len(skipped), samples, oc, fitted)
+    samples = fitted
+    check_sequences(raw.name, counts, opts)
     timings["overflow"] = time.perf_counter() - t
 
     t = time.perf_counter()
     planned = progress("plan", 2) if progress else None  # 10 M sequences: seconds of planning and assembly
-    plan = plan_packs(
-        samples.lengths,
-        capacity=capacity,
-        algorithm=algorithm,
-        seed=seed,
-        max_sequences_per_pack=max_sequences_per_pack,
-        min_packs=min_packs,
-        pack_count_multiple=pack_count_multiple,
-        alignment=alignment,
-        **(algorithm_options or {}),
-    )
+    the_plan = plan(samples.lengths, opts)
     timings["plan"] = time.perf_counter() - t
     if planned:
         planned(1)
 
     t = time.perf_counter()
-    packed = PackedColumns.build(samples, plan)
+    packed, packed_counts = execute(samples, the_plan)
     if planned:
         planned(1)
     timings["assemble"] = time.perf_counter() - t
-
-    loss_packed = int((packed.labels != IGNORE_INDEX).sum())
-    report = PackReport(
-        input=raw.name,
-        input_fingerprint=raw.fingerprint,
-        tokenizer=tokenizer_name(tok) if tok is not None else None,
-        tokenizer_fingerprint=tokenizer_fingerprint(tok, template) if tok is not None else None,
-        capacity=capacity,
-        algorithm=plan.algorithm,
-        seed=plan.seed,
-        overflow=overflow,
-        loss_on=loss_on if raw.kind != "tokens" else "labels",  # pre-tokenized: the rows' own labels/loss_mask
-        rows_read=raw.num_rows,
-        rows_skipped=len(skipped),
-        samples=raw.num_rows - len(skipped),
-        tokens_read=tokens_read,
-        loss_tokens_read=loss_read,
-        samples_truncated=oc.samples_truncated,
-        tokens_truncated=oc.tokens_truncated,
-        loss_tokens_truncated=oc.loss_tokens_truncated,
-        samples_split=oc.samples_split,
-        pieces_added=oc.pieces_added,
-        samples_dropped=oc.samples_dropped,
-        tokens_dropped=oc.tokens_dropped,
-        loss_tokens_dropped=oc.loss_tokens_dropped,
-        sequences_packed=plan.num_sequences,
-        tokens_packed=int(packed.ids.shape[0]),
-        loss_tokens_packed=loss_packed,
-        loss_tokens_masked_at_boundary=packed.loss_tokens_masked_at_boundary,
-        packs=plan.num_packs,
-        plan_hash=plan.plan_hash(),
-        metrics=plan.metrics(),
-        packwise_version=__version__,
-        timings=timings,
-        skipped_examples=[msg.removesuffix(f"; {SKIP_HINT}") for _, msg in skipped[:5]],
-        multimodal=images,
-        alignment=plan.alignment,
-        algorithm_options=dict(algorithm_options or {}),
-        pad_tokens_removed=pads_removed,
-    )
-    report.check()
+    report = build_report(
+        source=(raw.name, raw.fingerprint, raw.kind), tokenizer=tokenizer_info(tok, template), options=opts,
+        counts=counts, packed=packed_counts, plan=the_plan, plan_hash=the_plan.plan_hash(),
+        metrics=the_plan.metrics(), timings=timings, skipped=[msg for _, msg in skipped],
+    )  # fmt: skip
     return packed, report
+
+
+def write_packs(
+    packed: PackedColumns, report: PackReport, out, *, packs_per_shard: int = 10_000, overwrite: bool = False,
+    progress: Progress | None = None,
+) -> None:  # fmt: skip
+    """Step ``write`` of the local engine: shards of ``packs_per_shard`` packs and ``metadata.json`` into
+    ``out`` (a path, or an open :class:`~packwise.io._output.OutputDir` the caller commits), staged and
+    committed as :func:`packwise.io._write.write_packed` does; adds ``report.timings["write"]``."""
+    from ..io._write import write_packed
+
+    t = time.perf_counter()
+    bounds = shard_bounds(packed.num_packs, packs_per_shard)
+    tables = (packed.table(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
+    advance = progress("write", packed.num_packs) if progress else None
+    write_packed(out, tables, len(bounds) - 1, report.metadata(), overwrite=overwrite, on_shard=advance)
+    report.timings["write"] = time.perf_counter() - t
 
 
 def pack_dataset(data, *, capacity: int = 4096, **options):
@@ -229,7 +155,7 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
         >>> table.column("seq_lengths").to_pylist(), report.metrics.utilisation
         ([[3, 3], [2]], 0.666...)
     """
-    packed, report = pack_columns(data, capacity=capacity, **options)
+    packed, report = pack_columns(data, capacity=capacity, **options)  # **options: PackOptions' fields
     table = packed.table()
     if type(data).__module__.startswith("datasets"):
         import datasets

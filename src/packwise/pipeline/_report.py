@@ -70,6 +70,13 @@ class PackReport:
         """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""
         return asdict(self)
 
+    def metadata(self) -> dict:
+        """What ``metadata.json`` holds of the report, on every engine: all of it but ``timings`` (so the
+        output is reproducible byte for byte)."""
+        meta = self.to_dict()
+        meta.pop("timings", None)
+        return meta
+
     def check(self) -> None:
         """Raise ``RuntimeError`` if a token is unaccounted for (a packwise bug, never user error)."""
         if self.tokens_read != self.tokens_packed + self.tokens_truncated + self.tokens_dropped:
