@@ -211,7 +211,7 @@ def shard_bounds(num_packs: int, packs_per_shard: int) -> np.ndarray:
 
 def write_shard(packed: PackedColumns, start: int, stop: int, path: str, *, filesystem=None) -> dict:
     """Step ``write``: packs ``start:stop`` as one Parquet shard at ``path`` (on ``filesystem``, a pyarrow
-    filesystem, when given); returns its ``metadata.json`` entry ``{"file", "packs"}``."""
+    filesystem, when given); returns its ``metadata.json`` entry ``{"file", "packs", "bytes", "sha256"}``."""
     from ..io._write import write_shard as write_table
 
     return write_table(packed.table(start, stop), path, filesystem=filesystem)
