@@ -21,11 +21,11 @@ _OPTIONAL = {
     "src/packwise/integrations/ray.py": "ray",
     "src/packwise/integrations/_ray_workers.py": "ray",
     "src/packwise/assemble/_megatron.py": "megatron.core",
-    "src/packwise/integrations/hf.py": "transformers",
+    "src/packwise/integrations/_hf.py": "transformers",
     "src/packwise/integrations/_hf_guard.py": "transformers",  # PackingRefused's example refuses a tiny model
     "src/packwise/verify/*": "transformers",
     "src/packwise/multimodal/*": "transformers",
-    "src/packwise/tokenize/*": "transformers",
+    "src/packwise/text/*": "transformers",
     "src/packwise/report/_plots.py": "matplotlib",
     "src/packwise/config.py": "pydantic",
 }

@@ -24,8 +24,8 @@ from _harness import Report, add_common, interleaved
 
 
 def floor_fn(chats):
-    from packwise.tokenize import load_tokenizer
-    from packwise.tokenize._chat import _render, _template_kwargs
+    from packwise.text import load_tokenizer
+    from packwise.text._chat import _render, _template_kwargs
 
     tok = load_tokenizer("qwen2.5")
     template, kwargs = tok.chat_template, _template_kwargs(tok)

@@ -191,7 +191,7 @@ def synthetic(rep: Report, sizes: list[int], repeat: int, with_peers: bool, quic
 def chitchat(rep: Report, repeat: int) -> None:
     from packwise.pipeline._demo import chitchat_input
     from packwise.pipeline._samples import tokenize_rows
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
 
     samples, _ = tokenize_rows(
         chitchat_input(), load_tokenizer("qwen2.5"), loss_on="assistant", chat_template=None, skip_bad_rows=False

@@ -122,7 +122,7 @@ def main() -> None:
     if not args.quick:
         from packwise.pipeline._demo import chitchat_input
         from packwise.pipeline._samples import tokenize_rows
-        from packwise.tokenize import load_tokenizer
+        from packwise.text import load_tokenizer
 
         samples, _ = tokenize_rows(chitchat_input(), load_tokenizer("qwen2.5"), loss_on="assistant",
                                    chat_template=None, skip_bad_rows=False)  # fmt: skip

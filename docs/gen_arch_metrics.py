@@ -9,7 +9,7 @@ Prints, for ``src/packwise``:
 - ``unit_cycles``: cycles among units (a unit is the first component under ``packwise``: ``plan``, ``io``,
   ``config``, ``_build`` …) over *all* imports, lazy ones included: a lazy import still is a dependency;
 - ``private_reach_ins``: imports, lazy ones included, of a private module or name of another unit
-  (``packwise.io._read`` or ``from packwise.plan import _x`` from outside ``io`` / ``plan``);
+  (``packwise.files._read`` or ``from packwise.plan import _x`` from outside ``io`` / ``plan``);
 - ``upward_imports``: imports, lazy ones included, from a unit to a unit its layer may not depend on
   (:data:`ALLOWED`, the "depends on" column of ``docs/architecture.md``);
 - ``public_names``: the union of the facades' ``__all__`` (every public module: no ``_`` in its dotted path,
@@ -38,15 +38,15 @@ PACKAGE = "packwise"
 #: unit -> the units it may import: the layer order of docs/architecture.md, bottom to top. ``constants`` and
 #: ``packwise.__version__`` are leaves every unit may use; ``None``: any unit. A unit absent from a set is an
 #: upward (or sideways) import.
-_DATA_IN = {"plan", "io", "tokenize", "multimodal"}
+_DATA_IN = {"plan", "files", "text", "multimodal"}
 _TORCH = {"assemble", "attention", "loss", "stream"}
-_BELOW_CONFIG = _DATA_IN | {"pipeline", "report"} | _TORCH | {"integrations", "hf", "torch"}
+_BELOW_CONFIG = _DATA_IN | {"pipeline", "report"} | _TORCH | {"integrations", "hf", "data"}
 ALLOWED: dict[str, set[str] | None] = {
     "constants": set(),
     "plan": set(),  # numpy only
-    "io": {"plan"},  # pyarrow
-    "tokenize": {"plan", "io"},  # hf extra
-    "multimodal": {"plan", "io", "tokenize"},  # media -> tokens
+    "files": {"plan"},  # pyarrow
+    "text": {"plan", "files"},  # hf extra
+    "multimodal": {"plan", "files", "text"},  # media -> tokens
     "pipeline": set(_DATA_IN),  # offline pipeline: numpy + pyarrow, no torch
     "report": _DATA_IN | {"pipeline"},
     "assemble": {"plan"},  # torch
@@ -55,7 +55,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "stream": {"plan", "assemble", "pipeline"},  # pipeline: the one overflow implementation (numpy)
     "integrations": _DATA_IN | {"pipeline", "report"} | _TORCH,
     "hf": {"integrations"},  # facade
-    "torch": {"integrations"},  # facade
+    "data": {"integrations"},  # facade
     "_config_files": set(),
     "config": _BELOW_CONFIG | {"_config_files", "_build"},
     "_build": set(_BELOW_CONFIG),  # the builders PackingConfig mixes in: config imports _build, not back
@@ -80,7 +80,7 @@ class Edge:
 
 
 def unit(module: str) -> str:
-    """``packwise.io._read`` -> ``io``; ``packwise`` (the top ``__init__``) -> ``__init__``."""
+    """``packwise.files._read`` -> ``io``; ``packwise`` (the top ``__init__``) -> ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -102,7 +102,7 @@ def _is_private(dotted: str) -> bool:
 
 def _reach_in(importer: str, dotted: str) -> bool:
     """True when ``dotted`` (a module, or ``module.name``) is private to a package ``importer`` is not inside:
-    ``packwise.io._read`` is private to ``packwise.io``; ``packwise._build`` to ``packwise`` (every module
+    ``packwise.files._read`` is private to ``packwise.files``; ``packwise._build`` to ``packwise`` (every module
     of packwise may use it, Python's convention)."""
     parts = dotted.split(".")
     for i, p in enumerate(parts[1:], start=1):

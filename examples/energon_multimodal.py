@@ -163,7 +163,7 @@ class MediaChatEncoder(PackwiseTaskEncoderMixin, DefaultTaskEncoder[ChatSample, 
 
     def __init__(self, *, capacity: int, alignment: int, rope: str, overflow: str):
         super().__init__()
-        from packwise.tokenize import load_tokenizer
+        from packwise.text import load_tokenizer
 
         self.packing_capacity, self.packing_alignment, self.packing_overflow = capacity, alignment, overflow
         self.rope = rope

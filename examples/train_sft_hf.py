@@ -58,7 +58,7 @@ def loss_and_grad_norm(model, batch: dict, num_items: int) -> tuple[float, float
 
 def build_dataset(args, tokenizer):
     from packwise import pack_dataset
-    from packwise.io._read import RawInput
+    from packwise.files._read import RawInput
     from packwise.pipeline._demo import chitchat_conversations
 
     convs = chitchat_conversations()[: args.samples]

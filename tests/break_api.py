@@ -24,11 +24,11 @@ import torch
 
 from packwise.assemble import assemble_pack, collate_packs
 from packwise.cli import main
+from packwise.data import PackedParquetDataset
+from packwise.files._write import load_packed
 from packwise.hf import PackedDataCollator
-from packwise.io._write import load_packed
 from packwise.pipeline import pack_dataset
 from packwise.stream import PackingLoader, PackingStream
-from packwise.torch import PackedParquetDataset
 
 CASES = []
 

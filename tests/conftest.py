@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def qwen():
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
 
     return load_tokenizer("qwen2.5")
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from packwise.cli import main
-from packwise.io import read_metadata
+from packwise.files import read_metadata
 from packwise.pipeline import pack_dataset
 
 GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
@@ -419,7 +419,7 @@ def test_load_packed_refuses_rows_that_do_not_hold_together(column, value, messa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from packwise.io import load_packed
+    from packwise.files import load_packed
 
     data = write_jsonl([{"input_ids": [1, 2, 3, 4]}, {"input_ids": [5, 6]}, {"input_ids": [7, 8]}])
     out = tmp_path / "out"

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from packwise.cli import main
-from packwise.io import load_packed, read_input, read_metadata
-from packwise.io._read import parse_line
+from packwise.files import load_packed, read_input, read_metadata
+from packwise.files._read import parse_line
 from packwise.pipeline import pack_dataset
-from packwise.tokenize import encode_chats
+from packwise.text import encode_chats
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
 SKIP = "fix the row or pass --skip-bad-rows (skip_bad_rows=True) to skip and count it"
@@ -268,7 +268,7 @@ def test_image_paths_stay_inside_the_media_root(tmp_path, capsys):
     assert run(capsys, "pack", data, "-o", tmp_path / "o2")[0] == 0
     assert read_metadata(tmp_path / "o2")["multimodal"]["media_root"] == str(tmp_path / "data")
     assert load_packed(tmp_path / "o2").column("image_paths").to_pylist() == [["in.png"]]
-    from packwise.torch import PackedParquetDataset
+    from packwise.data import PackedParquetDataset
 
     pack = PackedParquetDataset(tmp_path / "o2")[0]  # pixels re-read through the recorded root
     assert pack.media["image_grid_thw"].tolist() == [[1, 4, 4]]
@@ -296,7 +296,7 @@ def test_fifo_and_device_inputs_are_refused_before_opening_and_leave_no_output(t
 
 
 def test_a_jsonl_line_over_the_limit_is_refused_naming_file_line_and_limit(tmp_path, monkeypatch):
-    from packwise.io import _lines
+    from packwise.files import _lines
 
     ok = b'{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9]}'
     assert len(ok) == 42
@@ -358,7 +358,7 @@ def test_encode_media_chat_refuses_literal_special_tokens_in_the_users_text(qwen
 
 def test_template_without_generation_markers_trains_on_the_reply_not_the_role_header(qwen):
     """Break test: a template that ignores add_generation_prompt put 'assistant:' inside the loss span."""
-    from packwise.tokenize import encode_chats
+    from packwise.text import encode_chats
 
     template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from packwise.cli import main
-from packwise.io import _lines, read_input, write_packed
+from packwise.files import _lines, read_input, write_packed
 from packwise.pipeline import pack_dataset
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
@@ -54,7 +54,7 @@ def test_literal_special_tokens_skipped_the_same_on_the_ray_engine(tmp_path, wri
     common = ["pack", data, "--tokenizer", "qwen2.5", "--capacity", "64", "--skip-bad-rows", "--json"]
     assert run(capsys, *common, "-o", tmp_path / "local")[0] == 0
     assert run(capsys, *common, "-o", tmp_path / "ray", "--engine", "ray", "--num-cpus", "2")[0] == 0
-    from packwise.io import read_metadata
+    from packwise.files import read_metadata
 
     local, ray = read_metadata(tmp_path / "local"), read_metadata(tmp_path / "ray")
     assert local["rows_skipped"] == ray["rows_skipped"] == 8
@@ -123,7 +123,7 @@ def test_an_output_removed_during_the_run_gets_a_clear_error(tmp_path):
 
 
 def test_an_output_removed_during_packwise_pack_is_a_clean_cli_error(tmp_path, write_jsonl, capsys, monkeypatch):
-    from packwise.io import _write
+    from packwise.files import _write
 
     data = write_jsonl([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
     out = tmp_path / "out"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from . import _renamed  # noqa: F401  (old import paths of renamed modules warn)
+
 __version__ = "0.1.0"
 
 _EXPORTS = {

@@ -87,7 +87,7 @@ class ConfigBuilders:
         return PackCollator(**{**options, **overrides})
 
     def data_collator(self, **overrides):
-        """:class:`packwise.integrations.hf.PackedDataCollator` for ``transformers.Trainer`` / TRL (HF labels).
+        """:class:`packwise.hf.PackedDataCollator` for ``transformers.Trainer`` / TRL (HF labels).
 
         Raises:
             ValueError: a setting the HF collator does not honour, named: ``labels="shifted"`` (HF models
@@ -115,7 +115,7 @@ class ConfigBuilders:
                     f"{key}={got!r} does not fit the HF data collator ({reason}); use the default for HF "
                     "Trainer / TRL, or PackingConfig.collator() for Megatron-style batches"
                 )
-        from .integrations.hf import PackedDataCollator
+        from .hf import PackedDataCollator
 
         collator = PackedDataCollator(alignment=self.resolved_alignment, **overrides)
         return _MRoPEDataCollator(collator) if self.consumer.mrope else collator

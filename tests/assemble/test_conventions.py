@@ -106,7 +106,7 @@ def test_stream_emits_the_configured_convention():
 
 
 def test_hf_collator_converts_shifted_packs_back_to_hf_labels():
-    from packwise.integrations.hf import PackedDataCollator
+    from packwise.hf import PackedDataCollator
 
     shifted = assemble_pack([{"input_ids": [11, 12, 13]}, {"input_ids": [21, 22]}], labels_shifted=True)
     batch = PackedDataCollator()([shifted])

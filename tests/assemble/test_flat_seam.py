@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from packwise.assemble import PackedSequence, assemble_pack
 from packwise.cli import main
+from packwise.data import PackedParquetDataset
 from packwise.plan._flat import gather_index, mask_boundaries, segment_layout
-from packwise.torch import PackedParquetDataset
 
 X = -100
 
@@ -88,7 +88,7 @@ def test_parquet_rows_take_the_flat_path_and_match_the_sequence_path(tmp_path, w
     out = tmp_path / "out"
     assert main(["pack", str(write_jsonl(rows)), "-o", str(out), "--capacity", "8", "-q"]) == 0
     calls = []
-    import packwise.integrations.torch_data as td
+    import packwise.integrations._torch_data as td
 
     monkeypatch.setattr(td, "assemble_pack", lambda *a, **k: calls.append(1) or assemble_pack(*a, **k))
     ds = PackedParquetDataset(out, alignment=2, pad_to=10)

@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader
 
 from packwise.assemble import collate_packs
 from packwise.cli import main
-from packwise.torch import PackedParquetDataset
+from packwise.data import PackedParquetDataset
 
 X = -100
 

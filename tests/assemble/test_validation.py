@@ -12,9 +12,9 @@ import torch
 
 from packwise.assemble import assemble_pack, collate_packs
 from packwise.cli import main
+from packwise.data import PackedParquetDataset
+from packwise.files._write import load_packed
 from packwise.hf import PackedDataCollator
-from packwise.io._write import load_packed
-from packwise.torch import PackedParquetDataset
 
 BAD = [
     ("loss_mask 2", [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 2]}], ValueError,

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from packwise.cli import main
-from packwise.io._write import load_packed, read_metadata
+from packwise.files._write import load_packed, read_metadata
 
 ROWS = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 7, 2, 6, 1)]
 

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from packwise.cli import main
-from packwise.io import load_packed, read_metadata, write_packed
-from packwise.io._manifest import is_packwise_name
-from packwise.io._output import MANIFEST, OutputDir
-from packwise.io._write import write_shard
-from packwise.torch import PackedParquetDataset
+from packwise.data import PackedParquetDataset
+from packwise.files import load_packed, read_metadata, write_packed
+from packwise.files._manifest import is_packwise_name
+from packwise.files._output import MANIFEST, OutputDir
+from packwise.files._write import write_shard
 
 ROWS = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 7, 2, 6, 1, 4, 4)]
 REFUSAL_TAIL = (

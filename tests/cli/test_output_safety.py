@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from packwise.cli import main
-from packwise.io import load_packed, read_metadata, write_packed
-from packwise.io._output import LOCK, MANIFEST, OutputDir
+from packwise.files import load_packed, read_metadata, write_packed
+from packwise.files._output import LOCK, MANIFEST, OutputDir
 
 ROWS = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 7, 2, 6, 1)]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), *sys.path])}
@@ -186,7 +186,7 @@ for mod, name in ((os, "replace"), (os, "unlink"), (pq, "write_table")):
 LIBRARY = (
     PRELUDE
     + r"""
-from packwise.io import write_packed
+from packwise.files import write_packed
 out, gen = sys.argv[1], int(sys.argv[2])
 write_packed(out, [pa.table({"input_ids": [[gen, i]] * gen}) for i in range(gen)], gen, {"gen": gen}, overwrite=True)
 print(calls)

@@ -265,7 +265,7 @@ def test_cli_engine_ray_writes_the_local_engines_files(rows, tmp_path, capsys):
     same_files(tmp_path / "ray", tmp_path / "local")
     import hashlib
 
-    from packwise.io import read_metadata
+    from packwise.files import read_metadata
 
     shards = read_metadata(tmp_path / "ray")["shards"]  # both engines record each shard's bytes and SHA-256
     assert len(shards) > 1 and all(

@@ -109,7 +109,7 @@ def test_trainer_defaults_unpatched_model_torch_dataset_raises(tmp_path):
 @pytest.mark.slow
 def test_sft_trainer_defaults_keep_documents_isolated(tmp_path):
     trl = pytest.importorskip("trl")
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
 
     tok = load_tokenizer("qwen2.5")
     vocab = len(tok)
@@ -148,7 +148,7 @@ def test_patched_model_refuses_packed_row_without_boundaries():
 def test_sft_trainer_padding_free_reads_seq_lengths(tmp_path):
     """TRL's own padding_free collator (no PackedDataCollator) turns seq_lengths into cu_seq_lens_q/k: isolated."""
     trl = pytest.importorskip("trl")
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
 
     tok = load_tokenizer("qwen2.5")
     vocab = len(tok)

@@ -59,7 +59,7 @@ def test_features_and_tokens_follow_the_models_rule():
 
 @pytest.fixture(scope="module")
 def tok():
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
 
     return load_tokenizer("qwen2.5")
 

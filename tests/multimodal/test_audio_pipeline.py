@@ -12,9 +12,9 @@ from PIL import Image
 
 from packwise.assemble import collate_packs
 from packwise.cli import main
+from packwise.data import PackedParquetDataset
 from packwise.multimodal import VisionSpec, audio_features, load_audio, omni_position_ids
 from packwise.pipeline import pack_dataset
-from packwise.torch import PackedParquetDataset
 
 SPEC = VisionSpec(max_pixels=112 * 112)  # 112x112 -> 16 image tokens
 AUDIO, BOS, EOS = 151646, 151647, 151648
@@ -135,7 +135,7 @@ def test_offline_pack_isolated_on_tiny_omni(media, tmp_path):
     """Documents read back from the packed Parquet (features re-materialised from the recorded clips) give the
     alone logits, loss and gradients when packed, on the tiny Qwen2.5-Omni thinker."""
     from packwise.hf import use_packed_attention
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
     from packwise.verify import check_equivalence
     from packwise.verify._models import tiny_omni_model
 

@@ -13,9 +13,9 @@ from PIL import Image
 
 from packwise.assemble import collate_packs
 from packwise.cli import main
+from packwise.data import PackedParquetDataset
 from packwise.multimodal import VisionSpec, mrope_position_ids
 from packwise.pipeline import pack_dataset
-from packwise.torch import PackedParquetDataset
 
 SPEC = VisionSpec(max_pixels=112 * 112)  # 112x112 -> grid (1, 8, 8) -> 16 image tokens
 PAD, VS, VE = 151655, 151652, 151653

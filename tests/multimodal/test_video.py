@@ -9,7 +9,7 @@ from PIL import Image
 
 from packwise.multimodal import VisionSpec, encode_media_chat, mrope_position_ids
 from packwise.multimodal._video import load_video, process_video
-from packwise.tokenize import load_tokenizer
+from packwise.text import load_tokenizer
 
 SPEC = VisionSpec(max_pixels=56 * 56)
 VIDEO_PAD = 151656
@@ -116,7 +116,7 @@ def test_offline_pipeline_packs_video_files_and_frame_lists(clip, tmp_path):
 
     from packwise.assemble import collate_packs
     from packwise.cli import main
-    from packwise.torch import PackedParquetDataset
+    from packwise.data import PackedParquetDataset
 
     frames = []
     for k, f in enumerate(noise(3, seed=2)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packwise.io._read import RawInput
+from packwise.files._read import RawInput
 from packwise.pipeline import pack_dataset
 from packwise.pipeline._demo import chitchat_conversations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from packwise.io import read_input
+from packwise.files import read_input
 from packwise.pipeline import pack_dataset
 
 S, E, NL, USER, ASSISTANT, SYSTEM = 151644, 151645, 198, 872, 77091, 8948

@@ -121,7 +121,7 @@ def test_replaced_image_is_detected(tmp_path):
     from PIL import Image
 
     from packwise.cli import main
-    from packwise.torch import PackedParquetDataset
+    from packwise.data import PackedParquetDataset
 
     Image.new("RGB", (112, 112), (200, 10, 10)).save(tmp_path / "red.png")
     rows = [{"messages": [{"role": "user", "content": [{"type": "image", "path": "red.png"}]},

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packwise.io._read import from_rows
+from packwise.files._read import from_rows
 from packwise.pipeline import PackOptions, pack_columns
-from packwise.pipeline._steps import (
+from packwise.pipeline.steps import (
     PackedCounts,
     PieceCounts,
     build_report,

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from packwise import pack_dataset
+from packwise.files._read import BadRow
 from packwise.hf import PackedDataCollator
-from packwise.io._read import BadRow
 
 ROWS = [
     {"input_ids": [11, 12, 13, 14], "completion_mask": [0, 0, 1, 1]},
@@ -93,7 +93,7 @@ def test_collator_trains_on_the_completion_only(name):
 
 def test_cli_pack_jsonl_and_parquet_read_the_mask(tmp_path, capsys):
     from packwise.cli import main
-    from packwise.io._write import load_packed
+    from packwise.files._write import load_packed
 
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in ROWS))

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from packwise.cli import main
 from packwise.cli._report import report
-from packwise.io._write import read_metadata
+from packwise.files._write import read_metadata
 from packwise.pipeline import pack_dataset
 from packwise.plan import plan_packs
 from packwise.report import PLOT_FILES, load_report, write_report

@@ -10,8 +10,8 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packwise.data import DistributedPackSampler
 from packwise.plan import assign_to_ranks, distribute, pack_costs, plan_packs
-from packwise.torch import DistributedPackSampler
 
 
 def test_lpt_golden():

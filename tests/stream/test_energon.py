@@ -44,7 +44,7 @@ def make_encoder():
     from megatron.energon import Sample, TaskEncoder, TextSample, stateless
 
     from packwise.integrations.energon import PackwiseTaskEncoderMixin
-    from packwise.tokenize import encode_chats, load_tokenizer
+    from packwise.text import encode_chats, load_tokenizer
 
     tok = load_tokenizer("qwen2.5")
 

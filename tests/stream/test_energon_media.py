@@ -153,7 +153,7 @@ def encode(messages, image: bytes | None, audio: bytes | None) -> dict:
     global _TOKENIZER
     from PIL import Image
 
-    from packwise.tokenize import load_tokenizer
+    from packwise.text import load_tokenizer
 
     _TOKENIZER = _TOKENIZER or load_tokenizer("qwen2.5")
     images = [Image.open(io.BytesIO(image))] if image else []

@@ -4,9 +4,10 @@ params. Planning decided; nothing here decides membership.
 ``__all__`` is the user API; the other names imported here (``noqa: F401``) are the layer API the
 integrations, stream and config use."""
 
-from ._batch import BATCH_KEYS, MEDIA_KEYS, NON_TOKEN_KEYS, PackedBatch  # noqa: F401
+from ._batch import BATCH_KEYS, HF_KEYS, MEDIA_KEYS, NON_TOKEN_KEYS, PackedBatch  # noqa: F401
 from ._collate import EMIT, Layout, collate_packs  # noqa: F401
 from ._collator import PackCollator
+from ._columns import RESERVED  # noqa: F401
 from ._cp import cp_indices, shard_for_context_parallel, unshard_context_parallel  # noqa: F401
 from ._flatten import flatten_padded_batch
 from ._fused import assemble_batch

@@ -88,7 +88,7 @@ class PackedBatch(TypedDict, total=False):
 
     Example:
         >>> from packwise.assemble import assemble_pack, collate_packs
-        >>> batch = collate_packs([assemble_pack([[1, 2, 3], [4, 5]])])
+        >>> batch = collate_packs([assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])])
         >>> batch["cu_seqlens"].tolist(), batch["input_ids"].shape
         ([0, 3, 5], torch.Size([1, 5]))
     """

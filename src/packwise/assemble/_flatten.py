@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..plan._flat import mask_boundaries
+from ..plan import mask_boundaries
 from ._labels import Labels, check_labels
 from ._pack import PackedSequence, assemble_pack
 

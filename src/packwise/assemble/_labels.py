@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
-from ..plan._flat import mask_boundaries  # the numpy seam every executor of a plan builds on
+from ..plan import mask_boundaries  # the numpy seam every executor of a plan builds on
 
 if TYPE_CHECKING:
     from ._columns import _Columns

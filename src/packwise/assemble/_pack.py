@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
-from ..plan._flat import segment_layout  # the numpy seam every executor of a plan builds on
+from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
 

@@ -117,10 +117,8 @@ def pack(
 ) -> None:
     """Tokenize, plan and write packed, training-ready Parquet with exact token accounting."""
     from ..config import PackingConfig
-    from ..io._output import OutputDir
-    from ..io._read import check_input_path
-    from ..pipeline import pack_columns, write_packs
-    from ..pipeline._demo import chitchat_input
+    from ..files import OutputDir, check_input_path
+    from ..pipeline import chitchat_input, pack_columns, write_packs
     from ..report import plot_dependency_error, write_report
 
     if num_proc is not None:

@@ -75,7 +75,7 @@ def verify(
     family = model[5:] if model.startswith("tiny-") and model[5:] in FAMILIES else model
     tol = atol if atol is not None else (1e-5 if model in TINY or family in FAMILIES else 1e-4)
     if family in FAMILIES and model not in TINY:
-        from ..tokenize import load_tokenizer
+        from ..text import load_tokenizer
         from ..verify import family_documents, family_model
 
         tok = load_tokenizer("qwen2.5")

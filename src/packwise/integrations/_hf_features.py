@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..assemble._batch import MEDIA_KEYS
+from ..assemble import MEDIA_KEYS
 
 
 def _sequences(feature: Mapping, index: int) -> list[dict]:
@@ -29,7 +29,7 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     if ids.dtype.kind not in "iu":
         raise TypeError(f"feature {index}: input_ids has dtype {ids.dtype}; token ids are integers")
     from ..constants import IGNORE_INDEX
-    from ..pipeline._tokens import TRL_MASKS
+    from ..pipeline import TRL_MASKS
 
     masks = [k for k in TRL_MASKS if feature.get(k) is not None]
     if masks:
@@ -50,7 +50,7 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         cols["labels"] = np.where(keep, ids.astype(np.int64), IGNORE_INDEX).reshape(cols["input_ids"].shape)
     mask, span = feature.get("attention_mask"), None
     if mask is not None:
-        from ..pipeline._tokens import real_span
+        from ..pipeline import real_span
 
         m = _array(mask, "attention_mask", index).reshape(-1)
         if m.shape[0] != ids.shape[0]:

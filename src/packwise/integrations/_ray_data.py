@@ -17,7 +17,7 @@ import pickle
 
 import numpy as np
 
-from ..pipeline._options import PackOptions
+from ..pipeline import PackOptions
 from ._ray_workers import PieceJob, PieceStats, _tokenize
 
 #: Share of the cluster's object store that packwise's streaming stages may fill (Ray Data's limit in pass

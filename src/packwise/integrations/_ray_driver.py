@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..io._write import metadata_text, write_metadata
-from ..pipeline._options import PackOptions
-from ..pipeline._report import PackReport
-from ..pipeline._steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
+from ..files._write import metadata_text, write_metadata
+from ..pipeline import PackOptions, PackReport
+from ..pipeline.steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
 from ._ray_fs import RemoteOutput
 from ._ray_workers import MEDIA_TYPES, PieceStats
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..io._read import (
+from ..files._read import (
     RawInput,
     _digest,
     _hf_files,

@@ -1,6 +1,6 @@
 """Ray engine, worker tasks: tokenize one piece, and execute + write one group of shards.
 
-Each task runs the pipeline's own steps (:mod:`packwise.pipeline._steps`: ``tokenize``, ``overflow``,
+Each task runs the pipeline's own steps (:mod:`packwise.pipeline.steps`: ``tokenize``, ``overflow``,
 ``execute``, ``write_shard``), so the Ray engine's packs and bytes equal ``packwise pack``'s.
 """
 
@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io._read import RawInput
-from ..io._write import shard_name
-from ..pipeline._options import PackOptions
-from ..pipeline._samples import Samples
-from ..pipeline._steps import (
+from ..files import RawInput, shard_name
+from ..pipeline import PackOptions, Samples
+from ..pipeline.steps import (
     PieceCounts,
     execute,
     load_tokenizer_for,

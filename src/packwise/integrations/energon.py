@@ -51,9 +51,8 @@ import torch
 from megatron.energon import Sample, stateless
 from megatron.energon.errors import FatalSampleError
 
-from ..assemble import PackedSequence, assemble_pack, collate_packs
-from ..assemble._columns import MEDIA_KEYS
-from ..pipeline._tokens import TRL_MASKS
+from ..assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
+from ..pipeline import TRL_MASKS
 from ..plan import plan_packs
 from ._energon_overflow import (
     boundary_target,

@@ -2,7 +2,7 @@
 with the same packs and output as ``packwise pack``, a driver whose memory does not grow with the dataset, and
 an object store that never holds the whole tokenized dataset.
 
-The pipeline's own steps run (:mod:`packwise.pipeline._steps`, with one :class:`~packwise.pipeline.PackOptions`);
+The pipeline's own steps run (:mod:`packwise.pipeline.steps`, with one :class:`~packwise.pipeline.PackOptions`);
 this module decides where:
 
 1. Pass 1, read + tokenize + overflow, on Ray Data (``_ray_data``). The input is cut into pieces in input
@@ -43,11 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io._output import claim_output
-from ..pipeline._options import PackOptions
-from ..pipeline._pack import resolve_chat_template
-from ..pipeline._report import PackReport
-from ..pipeline._steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
+from ..files import claim_output
+from ..pipeline import PackOptions, PackReport, resolve_chat_template
+from ..pipeline.steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
 from ._ray_data import store_budget, tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
@@ -80,13 +78,13 @@ def pack_ray(
 
     Same input, options and seed give what ``packwise pack`` gives: the same ``plan_hash``, token
     accounting, ``metadata.json`` and Parquet files (byte for byte). The same pipeline steps run
-    (:mod:`packwise.pipeline._steps`); Ray decides where.
+    (:mod:`packwise.pipeline.steps`); Ray decides where.
 
     Args:
         ds: a JSONL file, a Parquet file/directory or a saved HF dataset directory, as a local path or a
             pyarrow filesystem URI (``s3://bucket/data/?endpoint_override=...``); or a ``ray.data.Dataset``;
             or in memory (put in the object store from the driver): a list of dict rows, a
-            ``pyarrow.Table``, a ``datasets.Dataset`` or a :class:`~packwise.io._read.RawInput` (the CLI's
+            ``pyarrow.Table``, a ``datasets.Dataset`` or a :class:`~packwise.files._read.RawInput` (the CLI's
             default, ``chitchat_input()``). Rows hold ``messages``, ``prompt`` + ``completion``, or
             ``input_ids`` (+ ``labels``/``loss_mask`` and per-token columns).
         output: output directory (local path or URI); must be empty unless ``overwrite`` (remote output must
@@ -147,7 +145,7 @@ def pack_ray(
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         name, kind, pieces, fingerprint = _source(ray, ds, opts.format, opts.skip_bad_rows, cpus, filesystem)
         if kind != "tokens" and remote is None:  # images: the local engine's absolute media root, in every worker
-            from ..pipeline._media import with_media_root
+            from ..pipeline import with_media_root
 
             opts = opts.replace(vision=with_media_root(opts.vision, name))
         timings["read"] = time.perf_counter() - t

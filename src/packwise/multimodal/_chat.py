@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import BadRow
+from ..files import BadRow
 from ._audio import AudioSpec, audio_features, load_audio
 from ._images import VisionSpec, image_grid, load_image
 

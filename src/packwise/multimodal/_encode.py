@@ -48,7 +48,7 @@ def encode_media_chat(
 
     Example:
         >>> from PIL import Image
-        >>> from packwise.tokenize import load_tokenizer
+        >>> from packwise.text import load_tokenizer
         >>> chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
         ...         {"role": "assistant", "content": "Grey."}]
         >>> f = encode_media_chat(chat, load_tokenizer("qwen2.5"), images=[Image.new("RGB", (56, 56))])
@@ -57,8 +57,8 @@ def encode_media_chat(
     """
     import torch
 
-    from ..tokenize import check_chats, special_token_pattern
-    from ..tokenize._chat import _encode_chats
+    from ..text import check_chats, special_token_pattern
+    from ..text._chat import _encode_chats
 
     vision, audio = vision or VisionSpec(), audio or AudioSpec()
 

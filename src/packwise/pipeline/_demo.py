@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ..io import RawInput
-from ..tokenize import package_dir
+from ..files import RawInput
+from ..text import package_dir
 
 CHITCHAT = "chitchat-dataset==0.9.0"
 

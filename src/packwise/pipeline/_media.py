@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import IGNORE_INDEX
-from ..io import BadRow
+from ..files import BadRow
 from ..multimodal import AudioSpec, VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"
@@ -80,7 +80,7 @@ def resolve_media_path(
         >>> resolve_media_path("../x.png", base=root, media_root=root, where="row 0", field="images[0]")
         Traceback (most recent call last):
         ...
-        packwise.io._read.BadRow: row 0: field 'images[0]' names media file ..., outside the media root ...
+        packwise.files._read.BadRow: row 0: field 'images[0]' names media file ..., outside the media root ...
     """
     if not isinstance(path, str) or not path:
         raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")

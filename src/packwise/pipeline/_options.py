@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from ..io._read import FORMATS, Format
+from ..files import FORMATS, Format
 from ._overflow import OVERFLOW_POLICIES, Overflow
 
 LossOn = Literal["assistant", "all"]
@@ -64,8 +64,7 @@ class PackOptions:
     def __post_init__(self) -> None:
         # check_algorithm_options is plan/'s own check of **algorithm_options (private: plan/ exports only
         # planners; this is the one place above plan/ that validates options without planning).
-        from ..plan import resolve_algorithm
-        from ..plan._api import MAX_CAPACITY, check_algorithm_options
+        from ..plan import MAX_CAPACITY, check_algorithm_options, resolve_algorithm
 
         capacity, alignment = self.capacity, self.alignment
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:

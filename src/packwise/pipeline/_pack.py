@@ -6,10 +6,11 @@ import os
 import time
 from collections.abc import Callable
 
-from ..io._read import Format, RawInput, from_rows, read_input
+from ..files import Format, RawInput, from_rows, read_input
 from ._options import PackOptions
 from ._report import PackReport
-from ._steps import (
+from ._table import PackedColumns
+from .steps import (
     PieceCounts,
     build_report,
     check_rows,
@@ -22,7 +23,6 @@ from ._steps import (
     tokenize,
     tokenizer_info,
 )
-from ._table import PackedColumns
 
 #: ``progress(stage, total)`` returns a function that advances that stage by ``n``.
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -30,7 +30,7 @@ Progress = Callable[[str, int], Callable[[int], None]]
 
 def resolve_chat_template(chat_template: str | None) -> str | None:
     """``None`` (the tokenizer's own), ``"chatml"`` (ours), a file, or template text (see ``load_chat_template``)."""
-    from ..tokenize._load import load_chat_template
+    from ..text import load_chat_template
 
     return load_chat_template(chat_template)
 
@@ -50,7 +50,7 @@ def pack_columns(
 ) -> tuple[PackedColumns, PackReport]:
     """:func:`pack_dataset` without the final table: the flat packed columns (for sharded writes).
 
-    The local engine: every step of :mod:`packwise.pipeline._steps` in this process, on the whole input.
+    The local engine: every step of :mod:`packwise.pipeline.steps` in this process, on the whole input.
     ``options`` (a :class:`PackOptions`) and/or its ``fields`` as keywords (``capacity=...``).
     """
     opts = PackOptions.of(options, **fields)
@@ -109,9 +109,9 @@ def write_packs(
     progress: Progress | None = None,
 ) -> None:  # fmt: skip
     """Step ``write`` of the local engine: shards of ``packs_per_shard`` packs and ``metadata.json`` into
-    ``out`` (a path, or an open :class:`~packwise.io._output.OutputDir` the caller commits), staged and
-    committed as :func:`packwise.io._write.write_packed` does; adds ``report.timings["write"]``."""
-    from ..io._write import write_packed
+    ``out`` (a path, or an open :class:`~packwise.files._output.OutputDir` the caller commits), staged and
+    committed as :func:`packwise.files._write.write_packed` does; adds ``report.timings["write"]``."""
+    from ..files import write_packed
 
     t = time.perf_counter()
     bounds = shard_bounds(packed.num_packs, packs_per_shard)

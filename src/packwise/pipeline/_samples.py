@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..constants import IGNORE_INDEX
-from ..io._read import SKIP_HINT, BadRow, RawInput
+from ..files import SKIP_HINT, BadRow, RawInput
 from ._types import RowErrors, Samples
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -103,8 +103,7 @@ def tokenize_rows(
     Rows with images (content parts or an ``images`` list) are expanded with ``vision`` (a
     :class:`packwise.multimodal.VisionSpec`); the samples then carry ``mm_token_type_ids`` and ``media``.
     """
-    from ..tokenize import encode_chats, encode_prompt_completion
-    from ..tokenize._literal import check_row, special_token_pattern
+    from ..text import check_row, encode_chats, encode_prompt_completion, special_token_pattern
 
     errors = RowErrors(skip_bad_rows, raw)
     literal = special_token_pattern(tokenizer)  # typed special tokens: a bad row (skippable), checked per row
@@ -304,7 +303,7 @@ def _expand(row: dict, raw: RawInput, vision, tokenizer, where: str):
 
 def _audio_ready(tokenizer):
     """The tokenizer, after checking it holds special tokens at the audio ids (else audio parts are refused)."""
-    from ..multimodal._chat import audio_tokens_known
+    from ..multimodal import audio_tokens_known
     from ._media import AUDIO
 
     return tokenizer if audio_tokens_known(tokenizer, AUDIO) else None

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..plan import PackPlan
-from ..plan._flat import gather_index, mask_boundaries  # the numpy seam every executor of a plan builds on
+from ..plan import PackPlan, gather_index, mask_boundaries  # the numpy seam every executor of a plan builds on
 from ._media import media_arrays, media_columns
 from ._samples import Samples
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import IGNORE_INDEX
-from ..io._read import BadRow
+from ..files import BadRow
 
 #: TRL's tokenized loss masks, read as ``loss_mask`` (1 = the token is a target; several in one row: a target in
 #: all of them): ``completion_mask`` (prompt-completion data) and ``assistant_masks`` (``assistant_only_loss``).

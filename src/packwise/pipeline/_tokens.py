@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import IGNORE_INDEX
-from ..io._read import BadRow, RawInput
+from ..files import BadRow, RawInput
 from ._token_rules import (
     ID_LIMIT,
     PAD_MASK,

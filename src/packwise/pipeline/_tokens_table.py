@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..constants import IGNORE_INDEX
-from ..io._read import BadRow, RawInput
+from ..files import BadRow, RawInput
 from ._token_rules import ID_LIMIT, PAD_MASK, RESERVED, TRL_MASKS, _ambiguous, _check_labels, _check_vocab, real_span
 from ._types import RowErrors, Samples
 

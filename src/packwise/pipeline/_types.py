@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io._read import BadRow, RawInput
+from ..files import BadRow, RawInput
 
 
 @dataclass

@@ -112,7 +112,7 @@ def lengths_from_packed(path) -> np.ndarray:
     """
     import pyarrow.parquet as pq
 
-    from ..io import packed_files
+    from ..files import packed_files
     from ._stats import read_pack_stats
 
     path = Path(path)

@@ -60,7 +60,7 @@ def load_report(path) -> PackReport:
     Raises:
         ValueError: ``path`` does not exist or is not a packwise packed dataset.
     """
-    from ..io import METADATA, read_metadata
+    from ..files import METADATA, read_metadata
 
     path = Path(path)
     if not path.is_dir():
@@ -257,7 +257,7 @@ def write_report(out_dir, report: PackReport | Mapping | None = None, *, plots: 
         raise TypeError(f"report must be a PackReport, a metadata dict or None, got {type(report).__name__}")
     stats = read_pack_stats(out_dir)
     check_stats(stats, report, out_dir)
-    from ..io._manifest import check_replaceable
+    from ..files import check_replaceable
 
     check_replaceable(out_dir, [REPORT_JSON, REPORT_MD, *PLOT_TITLES])  # never over a file packwise did not write
     written: list[Path] = []
@@ -268,7 +268,7 @@ def write_report(out_dir, report: PackReport | Mapping | None = None, *, plots: 
     json_path, md_path = out_dir / REPORT_JSON, out_dir / REPORT_MD
     _write_atomic(json_path, json.dumps(data, indent=2) + "\n")
     _write_atomic(md_path, report_markdown(data))
-    from ..io import register_files
+    from ..files import register_files
 
     register_files(out_dir, [p.name for p in (json_path, md_path, *written)])  # --overwrite may replace them
     return [json_path, md_path, *written]

@@ -22,7 +22,7 @@ def read_pack_row(path, pack: int) -> tuple[dict, dict]:
     """
     import pyarrow.parquet as pq
 
-    from ..io import read_metadata
+    from ..files import read_metadata
 
     path = Path(path)
     if isinstance(pack, bool) or not isinstance(pack, int):
@@ -96,7 +96,7 @@ def pack_view(
     name = None if ids else (tokenizer if tokenizer is not None else meta.get("tokenizer"))
     tok = None
     if name is not None:
-        from ..tokenize import load_tokenizer
+        from ..text import load_tokenizer
 
         try:
             tok = load_tokenizer(name)

@@ -58,7 +58,7 @@ def read_pack_stats(path) -> PackStats:
     """
     import pyarrow.parquet as pq
 
-    from ..io import packed_files
+    from ..files import packed_files
 
     flats, counts = [], []
     for f in packed_files(path):

@@ -25,10 +25,8 @@ from operator import itemgetter
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..assemble import assemble_pack
-from ..assemble._columns import MEDIA_KEYS
-from ..plan import plan_packs
-from ..plan._api import check_algorithm_options, resolve_algorithm
+from ..assemble import MEDIA_KEYS, assemble_pack
+from ..plan import check_algorithm_options, plan_packs, resolve_algorithm
 from ._slice import _slice
 
 OVERFLOW = ("truncate", "split", "drop", "error")

@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 
 from ..constants import IGNORE_INDEX
-from ..integrations.hf import PackedDataCollator
+from ..hf import PackedDataCollator
 from ..loss import packed_cross_entropy
 
 Inputs = Literal["packwise", "position_ids", "none"]
@@ -186,7 +186,7 @@ def check_equivalence(
     """
     docs = _docs(sequences)
     if position_offset is None:
-        from ..integrations.hf import position_offset as model_offset
+        from ..hf import position_offset as model_offset
 
         position_offset = model_offset(model)
     inputs = (inputs, position_offset)

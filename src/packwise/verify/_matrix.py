@@ -65,7 +65,7 @@ def conformance_row(
         atol: logit/loss tolerance of the isolation check (rtol 1.3e-6 per element).
         eager_atol: tolerance of patched vs eager alone (different kernels: reduction order differs).
     """
-    from ..integrations.hf import PackingRefused, use_packed_attention
+    from ..hf import PackingRefused, use_packed_attention
 
     start = time.perf_counter()
     model_type = str(getattr(model.config, "model_type", "?"))

@@ -64,7 +64,7 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
     """
     from transformers import AutoModelForCausalLM
 
-    from ..tokenize import SMOLLM2_GGUF, load_tokenizer, package_dir
+    from ..text import SMOLLM2_GGUF, load_tokenizer, package_dir
 
     if spec in TINY:
         tok = load_tokenizer("qwen2.5")
@@ -113,9 +113,9 @@ def load_documents(
     Raises:
         ValueError: a missing file, a bad row (named by line and field), or fewer than ``num_docs`` documents.
     """
-    from ..io import RawInput, detect_kind, parse_line
+    from ..files import RawInput, detect_kind, parse_line
     from ..pipeline import tokenize_rows, tokens_from_rows
-    from ..tokenize import chatml_template
+    from ..text import chatml_template
 
     if data == "chitchat":
         from ..pipeline import chitchat_conversations
@@ -161,7 +161,7 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
     except ImportError:
         raise ValueError("the image documents are scikit-image sample photos: pip install 'packwise[images]'") from None
 
-    from ..io import RawInput
+    from ..files import RawInput
     from ..multimodal import VisionSpec, process_images
     from ..pipeline import chitchat_conversations, tokenize_rows
 

@@ -6,7 +6,7 @@ the pipeline, multimodal and verify import from this facade instead of its priva
 """
 
 from ._chat import LossOn, encode_chats, encode_prompt_completion  # noqa: F401
-from ._literal import check_chats, special_token_pattern  # noqa: F401
+from ._literal import check_chats, check_row, special_token_pattern  # noqa: F401
 from ._load import (  # noqa: F401
     BUILTIN_TOKENIZERS,
     SMOLLM2_GGUF,

@@ -9,7 +9,7 @@ Layout::
                                      shard its packs, bytes and SHA-256 (checked by the loaders)
 
 Everything is written into a staging directory inside ``OUT`` and moved into place under an exclusive lock
-with a commit journal (see :mod:`packwise.io._output`), so an interrupted write leaves the old complete
+with a commit journal (see :mod:`packwise.files._output`), so an interrupted write leaves the old complete
 output or the new complete one, never a mix, and ``--overwrite`` removes only files packwise wrote
 (``.packwise-manifest.json`` names them). The output holds no timestamps or timings: the same input and
 settings give byte-identical files.
@@ -114,7 +114,7 @@ def check_checksum(f: Path, shard: dict, size: int, digest: str) -> None:
 
 def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
     """Refuse an unusable output path before any work is done (its contents are checked under the lock by
-    :class:`~packwise.io._output.OutputDir`: ``overwrite`` only ever removes files packwise wrote).
+    :class:`~packwise.files._output.OutputDir`: ``overwrite`` only ever removes files packwise wrote).
 
     Raises:
         ValueError: ``out`` is a file, a dangling link, the current directory, the input or a directory
@@ -165,7 +165,7 @@ def write_packed(
         overwrite: replace the files an earlier packwise run wrote in ``out`` (nothing else).
         on_shard: called with the packs written after each shard.
 
-    ``out`` may be an open :class:`~packwise.io._output.OutputDir`: the files are then staged and the
+    ``out`` may be an open :class:`~packwise.files._output.OutputDir`: the files are then staged and the
     caller commits (``packwise pack`` adds its report files first).
 
     Raises:
@@ -336,7 +336,7 @@ def load_packed(path, *, verify_checksums: bool = True) -> pa.Table:
         ) from e
 
 
-#: Columns with one entry per sequence or per media item, not per token (see integrations/torch_data.py).
+#: Columns with one entry per sequence or per media item, not per token (see integrations/_torch_data.py).
 _PER_SEQUENCE = ("seq_lengths", "source_index", "second_per_grid_ts")
 _MEDIA_PREFIXES = ("image_", "images_", "audio_", "audios_", "video_", "videos_")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..io import BadRow
+from ..files import BadRow
 
 #: Vision placeholders: the pipeline checks them against the row's media (pipeline/_samples.py).
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -51,7 +51,7 @@ def _texts(message: dict):
 
 
 def check_row(row, pattern: re.Pattern | None, where: str) -> None:
-    """Raise :class:`~packwise.io._read.BadRow` naming ``where`` and the field when one conversation (a list of
+    """Raise :class:`~packwise.files._read.BadRow` naming ``where`` and the field when one conversation (a list of
     messages) or one ``(prompt, completion)`` pair of strings holds a literal special token."""
     if pattern is None:
         return

@@ -4,6 +4,7 @@
 the pipeline, report, the integrations and the CLI import from this facade instead of its private modules.
 """
 
+from ._manifest import check_replaceable  # noqa: F401
 from ._output import OutputDir, claim_output, register_files  # noqa: F401
 from ._read import (  # noqa: F401
     FORMATS,
@@ -30,6 +31,7 @@ from ._write import (  # noqa: F401
     shard_name,
     write_metadata,
     write_packed,
+    write_shard,
 )
 
 __all__ = ["load_packed", "read_metadata"]

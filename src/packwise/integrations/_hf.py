@@ -19,8 +19,7 @@ from functools import partial
 
 import torch
 
-from ..assemble import PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
-from ..assemble._batch import HF_KEYS, MEDIA_KEYS
+from ..assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
 from ..attention import BACKENDS, Backend
 from ._hf_attention import packwise_attention_forward
 from ._hf_features import _split

@@ -1,4 +1,4 @@
-"""What packwise wrote: the names and content of its files, for :mod:`packwise.io._output` (which owns the
+"""What packwise wrote: the names and content of its files, for :mod:`packwise.files._output` (which owns the
 output directory). A file counts as packwise's only when its name AND its content are those packwise writes;
 a leftover of an interrupted run only when, in addition, the pid in its name is dead."""
 

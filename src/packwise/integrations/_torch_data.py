@@ -11,10 +11,13 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from ..assemble import PackedSequence, assemble_pack
-from ..assemble._columns import RESERVED  # the input names assemble_pack reads itself (one definition)
-from ..io._write import check_checksum, packed_files, read_metadata, sha256_file
-from ..plan._distribute import Cost, assign_to_ranks, pack_costs
+from ..assemble import (
+    RESERVED,  # the input names assemble_pack reads itself (one definition)
+    PackedSequence,
+    assemble_pack,
+)
+from ..files._write import check_checksum, packed_files, read_metadata, sha256_file
+from ..plan import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
 IMAGE_COLUMNS = ("image_paths", "image_sha256", "image_grid_thw", "images_per_sequence")
@@ -203,7 +206,7 @@ class PackedParquetDataset(Dataset):
     def _check_digests(self, paths: list[str], recorded: list[str], index: int) -> None:
         """Every image's bytes must still hash to what ``packwise pack`` recorded (a same-size replacement
         keeps its grid, so the grid check alone would train on the new pixels)."""
-        from ..pipeline._media import image_digest
+        from ..pipeline import image_digest
 
         for path, want in zip(paths, recorded):
             try:

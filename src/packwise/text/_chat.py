@@ -103,7 +103,7 @@ def encode_chats(
             over its budget (steps, seconds, output size; see the module docstring) or failing.
 
     Example:
-        >>> from packwise.tokenize import load_tokenizer
+        >>> from packwise.text import load_tokenizer
         >>> tok = load_tokenizer("qwen2.5")
         >>> chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
         >>> [(ids, mask)] = encode_chats([chat], tok)
@@ -204,7 +204,7 @@ def encode_prompt_completion(
             naming ``where(i)`` and the field.
 
     Example:
-        >>> from packwise.tokenize import load_tokenizer
+        >>> from packwise.text import load_tokenizer
         >>> tok = load_tokenizer("qwen2.5")
         >>> [(ids, mask)] = encode_prompt_completion(["2+2="], ["4"], tok)
         >>> tok.decode(ids), tok.decode(ids[mask])

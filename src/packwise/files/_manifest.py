@@ -1,4 +1,4 @@
-"""The manifest of a packwise output and the commit that rolls it forward (for :mod:`packwise.io._output`).
+"""The manifest of a packwise output and the commit that rolls it forward (for :mod:`packwise.files._output`).
 
 ``OUT/.packwise-manifest.json`` records every file packwise wrote in ``OUT`` with its size and SHA-256::
 

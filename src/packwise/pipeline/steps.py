@@ -5,6 +5,9 @@ Every engine runs these same functions; an engine decides only *where* each one 
 engine (:mod:`packwise.integrations.ray`) runs ``tokenize`` and ``overflow`` on each piece of the input on
 a worker, ``plan`` on the driver, ``execute`` and ``write`` in shard writers, and merges the per-piece
 counts (:class:`PieceCounts`) and per-shard counts (:class:`PackedCounts`) into one :func:`build_report`.
+
+This module is the engines' layer API (the Ray engine imports it), not the user API: ``__all__`` is empty;
+users call :func:`packwise.pack_dataset` or ``packwise pack``.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import numpy as np
 
 from .. import __version__
 from ..constants import IGNORE_INDEX
-from ..io._read import SKIP_HINT, RawInput
-from ..plan._flat import mask_boundaries
+from ..files import SKIP_HINT, RawInput
+from ..plan import mask_boundaries
 from ._options import DEFAULT_TOKENIZER, PackOptions
 from ._overflow import OverflowCounts, apply_overflow
 from ._report import PackReport
@@ -25,10 +28,13 @@ from ._table import PackedColumns
 from ._tokens import tokens_from_rows
 
 
+__all__: list[str] = []  # layer API only (see the module docstring)
+
+
 def load_tokenizer_for(kind: str, options: PackOptions, tokenizer=None):
     """The tokenizer of a run: ``options.tokenizer`` (or ``tokenizer``, an already-loaded one), the default
     for text rows, None for pre-tokenized rows without one (no vocabulary check)."""
-    from ..tokenize import load_tokenizer
+    from ..text import load_tokenizer
 
     given = tokenizer if tokenizer is not None else options.tokenizer
     if given is None and kind == "tokens":
@@ -38,7 +44,7 @@ def load_tokenizer_for(kind: str, options: PackOptions, tokenizer=None):
 
 def tokenizer_info(tok, template: str | None) -> tuple[str | None, str | None]:
     """``(name, fingerprint)`` of the tokenizer with its chat template, as the report names them."""
-    from ..tokenize import tokenizer_fingerprint, tokenizer_name
+    from ..text import tokenizer_fingerprint, tokenizer_name
 
     return (None, None) if tok is None else (tokenizer_name(tok), tokenizer_fingerprint(tok, template))
 
@@ -212,7 +218,7 @@ def shard_bounds(num_packs: int, packs_per_shard: int) -> np.ndarray:
 def write_shard(packed: PackedColumns, start: int, stop: int, path: str, *, filesystem=None) -> dict:
     """Step ``write``: packs ``start:stop`` as one Parquet shard at ``path`` (on ``filesystem``, a pyarrow
     filesystem, when given); returns its ``metadata.json`` entry ``{"file", "packs", "bytes", "sha256"}``."""
-    from ..io._write import write_shard as write_table
+    from ..files import write_shard as write_table
 
     return write_table(packed.table(start, stop), path, filesystem=filesystem)
 
