@@ -27,7 +27,6 @@ from ._samples import Samples, tokenize_rows
 from ._table import PackedColumns
 from ._tokens import tokens_from_rows
 
-
 __all__: list[str] = []  # layer API only (see the module docstring)
 
 
