@@ -47,8 +47,8 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
     """
     if policy == "best":
         return _place_best(builder, max_seqs)
-    cap = builder.capacity
-    store = GroupStore(cap, lifo=policy in ("best_lifo", "worst_lifo_one"), argmin=policy == "first")
+    capacity = builder.capacity
+    store = GroupStore(capacity, lifo=policy in ("best_lifo", "worst_lifo_one"), argmin=policy == "first")
     tree = store.tree
     counts = builder.counts
     one = policy == "worst_lifo_one"
@@ -57,28 +57,28 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
         builder.ev_bin, builder.ev_g, builder.ev_k, builder.ev_src, builder.ev_rev, builder.cursor,
     )  # fmt: skip
     add = store.add
-    for length in range(cap, 0, -1):
+    for length in range(capacity, 0, -1):
         c = counts[length]
         while c:
             if policy == "first":
                 key = tree.argmin_at_least(length)
             elif one:
-                key = tree.last_at_most(cap)
+                key = tree.last_at_most(capacity)
                 if key is not None and key < length:
                     key = None
             else:
                 key = tree.first_at_least(length)
             if key is None:
-                k = 1 if one else min(cap // length, max_seqs)
+                k = 1 if one else min(capacity // length, max_seqs)
                 q, r = divmod(c, k)
                 if q:
                     start = builder.new_bins(q)
                     e = builder.event(length, start, q, k)
-                    store.add([start, q, cap - k * length, k, (e,)], max_seqs)
+                    store.add([start, q, capacity - k * length, k, (e,)], max_seqs)
                 if r:
                     start = builder.new_bins(1)
                     e = builder.event(length, start, 1, r)
-                    store.add([start, 1, cap - r * length, r, (e,)], max_seqs)
+                    store.add([start, 1, capacity - r * length, r, (e,)], max_seqs)
                 break
             group = store.pop(key)
             g = group[1]
@@ -126,15 +126,15 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
     one Python int, so "smallest free >= length" is a shift and a lowest-set-bit. Lengths above C/2 skip the
     query: every open pack then holds a sequence longer than C/2, so none has room for another.
     """
-    cap = builder.capacity
+    capacity = builder.capacity
     counts, cursor = builder.counts, builder.cursor
     ev_bin, ev_g, ev_k, ev_src, ev_rev = builder.ev_bin, builder.ev_g, builder.ev_k, builder.ev_src, builder.ev_rev
     buckets: dict[int, list] = {}
     closed: list[list] = []
     bits = 0
     n_bins = builder.n_bins
-    half = cap // 2
-    for length in range(cap, 0, -1):
+    half = capacity // 2
+    for length in range(capacity, 0, -1):
         c = counts[length]
         while c:
             m = bits >> length if length <= half else 0
@@ -161,14 +161,14 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
                         bits = _file(buckets, closed, group, max_seqs, bits)
                     c = 0
             else:  # no open pack fits: open q packs of k and one of the remainder
-                k = min(cap // length, max_seqs)
+                k = min(capacity // length, max_seqs)
                 q, r = divmod(c, k)
                 parts = []
                 if q:
-                    parts.append(([n_bins, q, cap, 0, ()], q, k))
+                    parts.append(([n_bins, q, capacity, 0, ()], q, k))
                     n_bins += q
                 if r:
-                    parts.append(([n_bins, 1, cap, 0, ()], 1, r))
+                    parts.append(([n_bins, 1, capacity, 0, ()], 1, r))
                     n_bins += 1
                 c = 0
             for group, g, k in parts:

@@ -145,7 +145,7 @@ def _as_counts(counts) -> np.ndarray:
 
 
 def _build(builder, groups, real, name, alignment, min_packs, multiple) -> HistogramPlan:
-    cap = builder.capacity
+    capacity = builder.capacity
     ev_len = np.zeros(len(builder.ev_k), dtype=np.int64)
     ev_k, ev_g = np.asarray(builder.ev_k, np.int64), np.asarray(builder.ev_g, np.int64)
     ev_src, ev_bin = np.asarray(builder.ev_src, np.int64), np.asarray(builder.ev_bin, np.int64)
@@ -187,7 +187,7 @@ def _build(builder, groups, real, name, alignment, min_packs, multiple) -> Histo
         "slot": ev_slot[src_sorted], "above": above,
     }  # fmt: skip
     plan = HistogramPlan(
-        counts=real, capacity=cap, algorithm=name, alignment=alignment,
+        counts=real, capacity=capacity, algorithm=name, alignment=alignment,
         template_start=np.asarray(starts, np.int64), template_packs=np.asarray(sizes, np.int64),
         template_offsets=np.asarray(t_off, np.int64), template_costs=np.asarray(t_costs, np.int64), _ev=ev,
         _splits={"pack": np.zeros(0, np.int64)},

@@ -33,9 +33,9 @@ from ._engine import HistogramBuilder, PresentLengths, fill_pattern, split_group
 def place_greedy_knapsack(builder: HistogramBuilder, *, max_seqs: int) -> list:
     present = PresentLengths(builder.counts)
     groups = []
-    cap = builder.capacity
+    capacity = builder.capacity
     while present.total:
-        pattern, reps = fill_pattern(present, cap, max_seqs, present.total)
+        pattern, reps = fill_pattern(present, capacity, max_seqs, present.total)
         start = builder.new_bins(reps)
         events = tuple(builder.event(length, start, reps, mult) for length, mult in pattern)
         groups.append((start, reps, events))
@@ -43,18 +43,18 @@ def place_greedy_knapsack(builder: HistogramBuilder, *, max_seqs: int) -> list:
 
 
 def place_balanced_greedy_knapsack(builder: HistogramBuilder, *, max_seqs: int, delta: int, total_cost: int) -> list:
-    cap = builder.capacity
+    capacity = builder.capacity
     heap: list = []
     closed: list = []
     if builder.n:
-        k = -(-total_cost // cap) + delta
+        k = -(-total_cost // capacity) + delta
         start = builder.new_bins(k)
         heap.append((0, start, [start, k, 0, 0, ()]))
     counts = builder.counts
-    for length in range(cap, 0, -1):
+    for length in range(capacity, 0, -1):
         c = counts[length]
         while c:
-            if not heap or heap[0][0] + length > cap:
+            if not heap or heap[0][0] + length > capacity:
                 start = builder.new_bins(1)
                 heapq.heappush(heap, (0, start, [start, 1, 0, 0, ()]))
                 continue

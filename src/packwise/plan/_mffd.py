@@ -33,26 +33,26 @@ from ._fit_decreasing import place_decreasing
 
 
 def place_mffd(builder: HistogramBuilder, *, max_seqs: int) -> list:
-    cap = builder.capacity
+    capacity = builder.capacity
     present = PresentLengths(builder.counts)
     counts = builder.counts
     a_groups: list[list] = []
     # 1. large sequences, one per pack.
-    for length in range(cap, cap // 2, -1):
+    for length in range(capacity, capacity // 2, -1):
         c = counts[length]
         if c:
             start = builder.new_bins(c)
             e = builder.event(length, start, c, 1)
             present.take(length, c)
-            a_groups.append([start, c, cap - length, 1, (e,), False])
-    medium_max, small_min, small_max = cap // 2, cap // 6 + 1, cap // 3
+            a_groups.append([start, c, capacity - length, 1, (e,), False])
+    medium_max, small_min, small_max = capacity // 2, capacity // 6 + 1, capacity // 3
 
     # 2. forward: the largest medium that fits, one per pack.
     out = []
     for group in a_groups:
         while group[1] and group[3] < max_seqs:
             length = present.largest_at_most(min(group[2], medium_max))
-            if length is None or 3 * length <= cap:
+            if length is None or 3 * length <= capacity:
                 break
             t = min(group[1], counts[length])
             head = split_group(group, t)

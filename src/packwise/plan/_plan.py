@@ -104,37 +104,37 @@ def fill_metrics(
     end), so a plan expanded from templates and one built sequence by sequence report the same floats.
     """
     counts = [int(c) for c in np.asarray(pack_length_counts).tolist()]
-    n, cap = num_sequences, capacity
+    n = num_sequences
     p = sum(counts)
     s1 = sum(v * c for v, c in enumerate(counts) if c)
     s2 = sum(v * v * c for v, c in enumerate(counts) if c)
     used = [v for v, c in enumerate(counts) if c]
-    slots = p * cap
-    lower = math.ceil(total_cost / cap)
+    slots = p * capacity
+    lower = math.ceil(total_cost / capacity)
     pad_longest = pad_to_longest_tokens
     return PackingMetrics(
         num_sequences=n,
         num_packs=p,
-        capacity=cap,
+        capacity=capacity,
         total_tokens=total_tokens,
         total_cost=total_cost,
         utilisation=_ratio(total_tokens, slots),
         waste_tokens=slots - total_tokens,
         lower_bound_packs=lower,
         excess_packs_pct=100.0 * _ratio(p - lower, lower),
-        fill_min=used[0] / cap if p else 0.0,
+        fill_min=used[0] / capacity if p else 0.0,
         fill_mean=s1 / slots if p else 0.0,
-        fill_max=used[-1] / cap if p else 0.0,
+        fill_max=used[-1] / capacity if p else 0.0,
         fill_balance=1.0 - math.sqrt(p * s2 - s1 * s1) / s1 if p and s1 else 0.0,
         max_sequences_in_pack=max_sequences_in_pack,
         batch_size=batch_size,
         pad_to_longest_tokens=pad_longest,
-        pad_to_capacity_tokens=n * cap,
+        pad_to_capacity_tokens=n * capacity,
         padding_avoided_vs_longest=pad_longest - slots,
-        padding_avoided_vs_capacity=(n - p) * cap,
+        padding_avoided_vs_capacity=(n - p) * capacity,
         speedup_vs_longest=_ratio(pad_longest, slots),
         speedup_vs_capacity=_ratio(n, p),
-        speedup_ceiling=_ratio(n * cap, total_tokens),
+        speedup_ceiling=_ratio(n * capacity, total_tokens),
         speedup_ceiling_vs_longest=_ratio(pad_longest, total_tokens),
     )
 
@@ -238,7 +238,7 @@ class PackPlan:
         key = ("metrics", batch_size)
         if key in self._cache:
             return self._cache[key]
-        n, p, cap = self.num_sequences, self.num_packs, self.capacity
+        n, p, capacity = self.num_sequences, self.num_packs, self.capacity
         bs = batch_size or (max(1, round(n / p)) if p else 1)
         if n:
             starts = np.arange(0, n, bs)
@@ -248,8 +248,9 @@ class PackPlan:
         else:
             pad_longest = 0
         m = fill_metrics(
-            num_sequences=n, capacity=cap, total_tokens=int(self.lengths.sum()), total_cost=int(self.costs().sum()),
-            pack_length_counts=np.bincount(self.pack_lengths(), minlength=cap + 1),
+            num_sequences=n, capacity=capacity, total_tokens=int(self.lengths.sum()),
+            total_cost=int(self.costs().sum()),
+            pack_length_counts=np.bincount(self.pack_lengths(), minlength=capacity + 1),
             max_sequences_in_pack=int(self.pack_sizes().max()) if p else 0, batch_size=bs,
             pad_to_longest_tokens=pad_longest,
         )  # fmt: skip
