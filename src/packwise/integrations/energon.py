@@ -240,11 +240,12 @@ class PackwiseTaskEncoderMixin:
             counts.update(samples_dropped=1, tokens_dropped=n, loss_tokens_dropped=loss_tokens(fields, 0, n))
             counts["media_dropped"] = len(spans)
             return [], counts
-        pieces = []
+        pieces, kept_items = [], 0
         for s, e in cuts:
             piece, dropped = slice_sample(fields, s, e, spans, self._token_names())
-            counts["media_dropped"] += dropped
+            kept_items += len(spans) - dropped  # each item goes with the one slice it lies in
             pieces.append(piece)
+        counts["media_dropped"] = len(spans) - kept_items  # (split keeps all; each piece misses the others')
         if policy == "truncate":
             kept = cuts[0][1]
             counts.update(
