@@ -11,11 +11,11 @@ pytest.importorskip("megatron.energon")
 
 from packwise.integrations._energon_overflow import (
     check_media,
-    cut_points,
     media_spans,
     slice_sample,
 )
 from packwise.integrations.energon import QWEN_MEDIA_BOUNDS, QWEN_MEDIA_TOKENS, SEQUENCE_FIELDS
+from packwise.pipeline import cut_points
 
 IMG, VID, AUD, VS, VE, AB, AE = 151655, 151656, 151646, 151652, 151653, 151647, 151648
 # text(2) [VS img×4 VE] text(1) [VS vid×2 VE] [AB aud×3 AE] text(2) [VS img×1 VE] text(1)
@@ -49,10 +49,11 @@ def test_spans_cover_markers_and_match_the_media():
 
 def test_cuts_move_before_spans_and_slices_keep_whole_media():
     spans = media_spans(np.asarray(IDS), QWEN_MEDIA_TOKENS, QWEN_MEDIA_BOUNDS)
-    assert cut_points(len(IDS), 11, spans, split=False) == [(0, 9)]  # 11 falls inside the video (9-13)
-    assert cut_points(len(IDS), 11, spans, split=True) == [(0, 9), (9, 20), (20, 24)]
-    assert cut_points(len(IDS), 4, spans, split=False) == [(0, 2)]
-    assert cut_points(len(IDS), 3, [(0, 6, "image")], split=False) == []  # a span longer than the limit
+    assert cut_points(len(IDS), 11, "truncate", spans=spans) == [(0, 9)]  # 11 falls inside the video (9-13)
+    assert cut_points(len(IDS), 11, "split", spans=spans) == [(0, 9), (9, 20), (20, 24)]
+    assert cut_points(len(IDS), 4, "truncate", spans=spans) == [(0, 2)]
+    assert cut_points(len(IDS), 3, "truncate", spans=[(0, 6, "image")]) == []  # a span longer than the limit
+    assert cut_points(len(IDS), 4, "split", spans=spans) == []  # a later cut is blocked: the sample is dropped
     names = (*SEQUENCE_FIELDS, "mm_token_type_ids")
     head, dropped = slice_sample(sample(), 0, 9, spans, names)
     assert dropped == 3 and head["image_grid_thw"].tolist() == [[1, 4, 4]]

@@ -6,7 +6,8 @@ A sample is a dict of fields (``input_ids (L,)``, ``labels (L,)``, ``loss_mask (
 ``second_per_grid_ts (V,)``; audio clips ``input_features (A, mel, frames)`` with ``feature_attention_mask (A,
 frames)``. Media spans are found in the tokens: a maximal run of the image / video / audio placeholder token is
 one item (in order), widened by one token on each side when that token is a start/end marker
-(``<|vision_start|>``, ``<|audio_bos|>`` ...). A cut never falls inside a span; the items whose spans lie wholly
+(``<|vision_start|>``, ``<|audio_bos|>`` ...). A cut never falls inside a span (``packwise.pipeline.cut_points``,
+the one overflow kernel, decides the cuts); the items whose spans lie wholly
 in a slice go with it, the others are dropped and counted (``media_dropped``).
 """
 
@@ -96,34 +97,6 @@ def _item_rows(fields: Mapping, kind: str) -> list[int]:
     if grid is None:
         return []
     return [int(np.prod(g)) for g in torch.as_tensor(grid).reshape(-1, 3).tolist()]
-
-
-def cut_points(n: int, limit: int, spans: list, *, split: bool) -> list[tuple[int, int]]:
-    """Slices ``[(start, end), ...]`` of ``n`` tokens, each at most ``limit``, no cut inside a span. Truncation
-    keeps the first slice only. ``[]`` when a span longer than ``limit`` blocks the first cut; for split,
-    a trailing remainder that cannot be cut is left out (the caller counts it as dropped).
-
-    Example:
-        >>> cut_points(10, 4, [(3, 6, "image")], split=True)
-        [(0, 3), (3, 7), (7, 10)]
-        >>> cut_points(10, 4, [(3, 6, "image")], split=False)
-        [(0, 3)]
-    """
-    cuts, start = [], 0
-    while start < n:
-        end = min(start + limit, n)
-        if end < n:
-            for s, e, _ in spans:
-                if s < end < e and s >= start:
-                    end = s
-                    break
-        if end <= start:
-            break
-        cuts.append((start, end))
-        start = end
-        if not split:
-            break
-    return cuts
 
 
 def slice_sample(fields: Mapping, start: int, end: int, spans: list, token_names: Sequence[str]) -> tuple[dict, int]:

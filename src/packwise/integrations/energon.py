@@ -52,12 +52,11 @@ from megatron.energon import Sample, stateless
 from megatron.energon.errors import FatalSampleError
 
 from ..assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
-from ..pipeline import TRL_MASKS
+from ..pipeline import TRL_MASKS, cut_points
 from ..plan import plan_packs
 from ._energon_overflow import (
     boundary_target,
     check_media,
-    cut_points,
     loss_tokens,
     media_spans,
     slice_sample,
@@ -236,16 +235,17 @@ class PackwiseTaskEncoderMixin:
         ids = fields["input_ids"].cpu().numpy()
         spans = media_spans(ids, self.packing_media_tokens, self.packing_media_bounds)
         check_media(fields, spans, merge_size=self.packing_merge_size, where=where)  # a text-only sample's media
-        cuts = [] if policy == "drop" else cut_points(n, limit, spans, split=policy == "split")
-        if not cuts or (policy == "split" and cuts[-1][1] < n):  # dropped, or a span longer than the limit
+        cuts = cut_points(n, limit, policy, spans=spans)  # the pipeline's kernel: never inside a media span
+        if not cuts:  # dropped, or a span longer than the limit
             counts.update(samples_dropped=1, tokens_dropped=n, loss_tokens_dropped=loss_tokens(fields, 0, n))
             counts["media_dropped"] = len(spans)
             return [], counts
-        pieces = []
+        pieces, kept_items = [], 0
         for s, e in cuts:
             piece, dropped = slice_sample(fields, s, e, spans, self._token_names())
-            counts["media_dropped"] += dropped
+            kept_items += len(spans) - dropped  # each item goes with the one slice it lies in
             pieces.append(piece)
+        counts["media_dropped"] = len(spans) - kept_items  # (split keeps all; each piece misses the others')
         if policy == "truncate":
             kept = cuts[0][1]
             counts.update(

@@ -8,7 +8,7 @@ the integrations, report, verify and the CLI import from the pipeline instead of
 from ._demo import chitchat_conversations, chitchat_input  # noqa: F401
 from ._media import image_digest, resolve_media_path, with_media_root  # noqa: F401
 from ._options import PackOptions  # noqa: F401
-from ._overflow import OVERFLOW_POLICIES, Overflow, OverflowCounts, apply_overflow  # noqa: F401
+from ._overflow import OVERFLOW_POLICIES, Overflow, OverflowCounts, apply_overflow, cut_points  # noqa: F401
 from ._pack import pack_columns, pack_dataset, resolve_chat_template, write_packs  # noqa: F401
 from ._report import PackReport
 from ._samples import Samples, tokenize_rows  # noqa: F401

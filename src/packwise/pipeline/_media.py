@@ -1,4 +1,4 @@
-"""Images and audio in the offline pipeline: token/media consistency, media-safe overflow, the Parquet columns.
+"""Images and audio in the offline pipeline: token/media consistency, the blocks overflow never cuts, Parquet columns.
 
 Invariant kept everywhere: a sequence's ``<|image_pad|>`` tokens are exactly ``Σ t·h·w / merge²`` over its
 images, and its audio tokens exactly ``Σ tokens(frames)`` over its clips (Qwen2-Audio's rule), in order.
@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..constants import IGNORE_INDEX
 from ..files import BadRow
 from ..multimodal import AudioSpec, VisionSpec
 
@@ -155,104 +154,15 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
     )
 
 
-def _blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:
-    """``(start, end)`` of every image and audio block, in text order (the order of the references)."""
+def media_blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:
+    """``[(start, end), ...]`` (end exclusive) of every image/video and audio block, from its start marker to its
+    end marker, in text order (the order of the references): the spans :func:`~packwise.pipeline.cut_points`
+    never cuts inside."""
     out = []
     for start, end in ((spec.vision_start_token_id, spec.vision_end_token_id),
                        (AUDIO.audio_start_token_id, AUDIO.audio_end_token_id)):  # fmt: skip
-        out += zip(np.flatnonzero(ids == start).tolist(), np.flatnonzero(ids == end).tolist())
+        out += zip(np.flatnonzero(ids == start).tolist(), (np.flatnonzero(ids == end) + 1).tolist())
     return sorted(out)
-
-
-def _cut(blocks: list[tuple[int, int]], start: int, end: int) -> int:
-    """Move a cut at ``end`` back before an image block it would split."""
-    for s, e in blocks:
-        if s < end <= e and s >= start:
-            return s
-    return end
-
-
-def overflow_with_media(samples, capacity: int, policy: str, locate, spec: VisionSpec):
-    """:func:`apply_overflow` for datasets with images (per sequence; only long sequences do any work).
-
-    Returns ``(samples, counts)`` with ``counts`` a dict of the OverflowCounts fields (``images_dropped`` and
-    ``audio_dropped`` included).
-    """
-    lengths = samples.lengths
-    counts = dict.fromkeys(
-        ("samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
-         "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "images_dropped", "audio_dropped",
-         "videos_dropped"), 0,
-    )  # fmt: skip
-    if not (lengths > capacity).any():
-        return samples, counts
-    if policy == "error":
-        i = int(np.flatnonzero(lengths > capacity)[0])
-        raise ValueError(
-            f"{locate(int(samples.source[i]))}: sequence has {int(lengths[i])} tokens > capacity {capacity}; "
-            "pass --overflow truncate|split|drop (overflow=...) or raise --capacity"
-        )
-    pieces: list[tuple[int, int, int]] = []  # (sequence, start, end) in token coordinates of the sequence
-    media: list[list] = []
-    sources: list[int] = []
-    for i, n in enumerate(lengths.tolist()):
-        a = int(samples.offsets[i])
-        refs = samples.media[i]
-        if n <= capacity:
-            pieces.append((i, 0, n))
-            media.append(refs)
-            sources.append(int(samples.source[i]))
-            continue
-        ids = samples.ids[a : a + n]
-        loss = samples.labels[a : a + n] != IGNORE_INDEX
-        blocks = _blocks(ids, spec)
-        if policy == "drop":
-            counts["samples_dropped"] += 1
-            counts["tokens_dropped"] += n
-            counts["loss_tokens_dropped"] += int(loss.sum())
-            _count_dropped(counts, refs)
-            continue
-        cuts, start = [], 0
-        while start < n:
-            end = min(start + capacity, n)
-            end = _cut(blocks, start, end) if end < n else end
-            if end == start or (policy == "truncate" and start > 0):
-                break
-            cuts.append((start, end))
-            start = end
-        kept = cuts[-1][1] if cuts else 0
-        if (policy == "split" and kept < n) or not cuts:  # an image block longer than the capacity
-            counts["samples_dropped"] += 1
-            counts["tokens_dropped"] += n
-            counts["loss_tokens_dropped"] += int(loss.sum())
-            _count_dropped(counts, refs)
-            continue
-        if policy == "truncate":
-            counts["samples_truncated"] += 1
-            counts["tokens_truncated"] += n - kept
-            counts["loss_tokens_truncated"] += int(loss[kept:].sum())
-        else:
-            counts["samples_split"] += 1
-            counts["pieces_added"] += len(cuts) - 1
-        image = 0
-        for s, e in cuts:
-            inside = [b for b in blocks if s <= b[0] and b[1] < e]
-            pieces.append((i, s, e))
-            media.append(refs[image : image + len(inside)])
-            sources.append(int(samples.source[i]))
-            image += len(inside)
-        _count_dropped(counts, refs[image:])
-    starts = np.asarray([int(samples.offsets[i]) + s for i, s, _ in pieces], dtype=np.int64)
-    lens = np.asarray([e - s for _, s, e in pieces], dtype=np.int64)
-    idx = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
-    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    out = replace(
-        samples, ids=samples.ids[idx], labels=samples.labels[idx], offsets=offsets,
-        source=np.asarray(sources, dtype=np.int64), columns={k: v[idx] for k, v in samples.columns.items()},
-        media=media,
-    )  # fmt: skip
-    return out, counts
 
 
 def image_digest(path) -> str:
@@ -265,13 +175,6 @@ def image_digest(path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _count_dropped(counts: dict, refs: list) -> None:
-    audio, video = sum(is_audio(r) for r in refs), sum(is_video(r) for r in refs)
-    counts["audio_dropped"] += audio
-    counts["videos_dropped"] += video
-    counts["images_dropped"] += len(refs) - audio - video
 
 
 def media_arrays(

@@ -26,10 +26,11 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import MEDIA_KEYS, assemble_pack
+from ..pipeline import OVERFLOW_POLICIES, cut_points
 from ..plan import check_algorithm_options, plan_packs, resolve_algorithm
 from ._slice import _slice
 
-OVERFLOW = ("truncate", "split", "drop", "error")
+OVERFLOW = OVERFLOW_POLICIES
 _INPUT_IDS = itemgetter("input_ids")
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
 
@@ -378,16 +379,17 @@ class PackingStream(IterableDataset):
                 f"sample {index} has {n} tokens > capacity {cap} and images; a stream cannot cut it without "
                 "cutting an image — pack it offline (packwise pack truncates before images) or use overflow='drop'"
             )
-        if self.overflow == "drop":
+        cuts = cut_points(n, cap, self.overflow)  # the pipeline's kernel: no media here, so plain slices
+        if not cuts:
             self.stats["dropped"] += 1
             self.stats["tokens_dropped"] += n
             return []
         if self.overflow == "truncate":
             self.stats["truncated"] += 1
-            self.stats["tokens_truncated"] += n - cap
-            return [_slice(sample, 0, cap, n)]
-        self.stats["split"] += 1
-        return [_slice(sample, a, min(a + cap, n), n) for a in range(0, n, cap)]
+            self.stats["tokens_truncated"] += n - cuts[0][1]
+        else:
+            self.stats["split"] += 1
+        return [_slice(sample, a, b, n) for a, b in cuts]
 
 
 def _ids(sample):
