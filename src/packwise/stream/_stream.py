@@ -369,17 +369,19 @@ class PackingStream(IterableDataset):
         return self.capacity // self.alignment * self.alignment
 
     def _overflow(self, sample: Mapping, index: int, n: int) -> list[Mapping]:
-        cap = self._limit
-        if n <= cap:
+        fit_capacity = self._limit
+        if n <= fit_capacity:
             return [sample]
         if self.overflow == "error":
-            raise ValueError(f"sample {index} has {n} tokens > capacity {cap}; pass overflow='truncate'|'split'|'drop'")
+            raise ValueError(
+                f"sample {index} has {n} tokens > capacity {fit_capacity}; pass overflow='truncate'|'split'|'drop'"
+            )
         if self.overflow in ("truncate", "split") and any(sample.get(k) is not None for k in MEDIA_KEYS):
             raise ValueError(
-                f"sample {index} has {n} tokens > capacity {cap} and images; a stream cannot cut it without "
+                f"sample {index} has {n} tokens > capacity {fit_capacity} and images; a stream cannot cut it without "
                 "cutting an image — pack it offline (packwise pack truncates before images) or use overflow='drop'"
             )
-        cuts = cut_points(n, cap, self.overflow)  # the pipeline's kernel: no media here, so plain slices
+        cuts = cut_points(n, fit_capacity, self.overflow)  # the pipeline's kernel: no media here, so plain slices
         if not cuts:
             self.stats["dropped"] += 1
             self.stats["tokens_dropped"] += n
