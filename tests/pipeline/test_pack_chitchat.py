@@ -90,5 +90,7 @@ def test_default_data_cache_equals_a_fresh_conversion(tmp_path, monkeypatch):
     assert chitchat_conversations() == fresh  # read from the cache
     cached.write_text('[[{"role": "user"')  # torn
     assert chitchat_conversations() == fresh
+    cached.write_text("{}")  # valid JSON, not conversations
+    assert chitchat_conversations() == fresh
     assert json.loads(cached.read_text()) == fresh
     assert len(fresh) == 4018

@@ -37,7 +37,9 @@ def _conversations_and_digest() -> tuple[list[list[dict]], str]:
     digest = hashlib.sha256(raw).hexdigest()[:16]
     cached = cache_dir() / f"chitchat-{digest}.json"
     try:
-        return json.loads(cached.read_bytes()), digest
+        convs = json.loads(cached.read_bytes())
+        if isinstance(convs, list) and all(isinstance(c, list) for c in convs):
+            return convs, digest
     except (OSError, ValueError):  # not cached yet, or a torn file: convert again
         pass
     convs = []
