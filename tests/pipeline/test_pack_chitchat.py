@@ -66,3 +66,31 @@ def test_every_packed_token_is_real(convs, qwen):
     flat = np.concatenate([np.asarray(r) for r in table.column("input_ids").to_pylist()])
     assert flat.shape[0] == report.tokens_read  # split loses nothing
     assert report.tokens_truncated == report.tokens_dropped == 0
+
+
+def test_default_data_cache_equals_a_fresh_conversion(tmp_path, monkeypatch):
+    """The cached conversations (compact JSON under PACKWISE_CACHE) are exactly the converted dataset.json;
+    a torn cache file is converted again and rewritten."""
+    import json
+
+    chitchat_dataset = pytest.importorskip("chitchat_dataset")
+    fresh = []
+    for record in chitchat_dataset.Dataset().values():  # the conversion, independently
+        turns = record["messages"]
+        if len(turns) >= 2:
+            first = turns[0][0]["sender"]
+            fresh.append(
+                [{"role": "user" if t[0]["sender"] == first else "assistant",
+                  "content": "\n".join(u["text"] for u in t)} for t in turns]
+            )  # fmt: skip
+    monkeypatch.setenv("PACKWISE_CACHE", str(tmp_path))
+    first_call = chitchat_conversations()  # converts and writes the cache
+    [cached] = tmp_path.glob("chitchat-*.json")
+    assert first_call == fresh and json.loads(cached.read_text()) == fresh
+    assert chitchat_conversations() == fresh  # read from the cache
+    cached.write_text('[[{"role": "user"')  # torn
+    assert chitchat_conversations() == fresh
+    cached.write_text("{}")  # valid JSON, not conversations
+    assert chitchat_conversations() == fresh
+    assert json.loads(cached.read_text()) == fresh
+    assert len(fresh) == 4018

@@ -295,7 +295,6 @@ def _looks_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np
     mismatch = lab != ids
     if not mismatch.any():
         return False  # every label is its own token: the common case
-    mismatch &= lab != pad
     target = lab != pad
     target[start + lens - 1] = False  # a row's last label has no next token to compare with
     off = target.copy()  # a target that is not the next token: the row is not shifted
@@ -306,8 +305,11 @@ def _looks_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np
     if edges[-1] == lab.shape[0]:
         edges = edges[:-1]
     any_in_row = np.logical_or.reduceat
-    shifted = (lens >= 2) & any_in_row(mismatch, edges)[::2] & any_in_row(target, edges)[::2]
-    shifted &= ~any_in_row(off, edges)[::2]
+    candidate = (lens >= 2) & ~any_in_row(off, edges)[::2]
+    if not candidate.any():
+        return False  # every row has a label that is not the next token (e.g. labels that differ): done
+    mismatch &= lab != pad
+    shifted = candidate & any_in_row(mismatch, edges)[::2] & any_in_row(target, edges)[::2]
     return bool(shifted.any())
 
 

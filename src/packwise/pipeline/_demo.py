@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 
 from ..files import RawInput
-from ..text import package_dir
+from ..text import cache_dir, package_dir
 
 CHITCHAT = "chitchat-dataset==0.9.0"
 
@@ -21,12 +23,27 @@ def chitchat_conversations() -> list[list[dict]]:
         >>> len(convs), convs[0][0]["role"], convs[0][1]["role"]
         (4018, 'user', 'assistant')
     """
+    return _conversations_and_digest()[0]
+
+
+def _conversations_and_digest() -> tuple[list[list[dict]], str]:
+    """The conversations and the first 16 hex digits of dataset.json's SHA-256. The conversion (json of the
+    40 MB file with timestamps and sender ids, then turns joined) is cached as compact JSON under
+    :func:`packwise.text.cache_dir`, keyed by that digest: the default data reads in about a third of the time."""
     try:
-        import chitchat_dataset
-    except ImportError as e:
+        raw = (package_dir("chitchat_dataset") / "dataset.json").read_bytes()
+    except ValueError as e:
         raise ValueError("the default dataset needs chitchat-dataset: pip install 'packwise[demo]'") from e
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    cached = cache_dir() / f"chitchat-{digest}.json"
+    try:
+        convs = json.loads(cached.read_bytes())
+        if isinstance(convs, list) and all(isinstance(c, list) for c in convs):
+            return convs, digest
+    except (OSError, ValueError):  # not cached yet, or a torn file: convert again
+        pass
     convs = []
-    for record in chitchat_dataset.Dataset().values():
+    for record in json.loads(raw).values():
         turns = record["messages"]
         if len(turns) < 2:
             continue
@@ -37,13 +54,19 @@ def chitchat_conversations() -> list[list[dict]]:
                 for t in turns
             ]
         )
-    return convs
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(convs, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, cached)
+    except OSError:  # a read-only cache: the conversion still stands
+        pass
+    return convs, digest
 
 
 def chitchat_input() -> RawInput:
     """The default input as :class:`RawInput` (fingerprint: SHA-256 of the package's dataset.json)."""
-    convs = chitchat_conversations()
-    digest = hashlib.sha256((package_dir("chitchat_dataset") / "dataset.json").read_bytes()).hexdigest()[:16]
+    convs, digest = _conversations_and_digest()
     return RawInput(
         name=f"{CHITCHAT} (conversations with >= 2 turns)",
         kind="messages",

