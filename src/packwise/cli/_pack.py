@@ -26,7 +26,7 @@ Examples:
   packwise pack data.jsonl -o out --engine ray --num-cpus 8   # same packs and files, on Ray workers
 
   packwise pack "s3://bkt/data.jsonl" -o "s3://bkt/packed/" --engine ray --ray-address auto \\
-      --runtime-env '{"pip": ["packwise[hf]"]}'
+      --runtime-env '{"pip": ["packwise\\[hf]"]}'
 """
 
 
@@ -89,7 +89,7 @@ def pack(
     engine: Annotated[
         str,
         typer.Option(
-            help="local (this process) | ray (Ray Data + Ray tasks, local or on a cluster; same packs and files; needs packwise[ray])."
+            help="local (this process) | ray (Ray Data + Ray tasks, local or on a cluster; same packs and files; needs packwise\\[ray])."
         ),
     ] = "local",
     ray_address: Annotated[

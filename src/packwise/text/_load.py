@@ -166,6 +166,12 @@ def _load_cached(spec: str):
             f"tokenizer {spec!r}: no such directory; pass a local Hugging Face tokenizer directory or one of "
             f"{', '.join(BUILTIN_TOKENIZERS)} (hub downloads are not attempted)"
         )
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+    if path.is_dir() and not any((path / n).is_file() for n in names):
+        raise ValueError(
+            f"tokenizer {spec!r}: the folder holds no tokenizer files (none of {', '.join(names)}); save the "
+            "tokenizer there too (tokenizer.save_pretrained(folder)) or pass --tokenizer with its folder"
+        )
     try:
         if path.is_file() and path.suffix == ".gguf":
             tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

@@ -185,6 +185,15 @@ def check_equivalence(
         (True, True)
     """
     docs = _docs(sequences)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(vocab, int):
+        for i, d in enumerate(docs):
+            top = int(d["input_ids"].max())
+            if top >= vocab or int(d["input_ids"].min()) < 0:
+                raise ValueError(
+                    f"document {i} holds token id {top}, outside the model's vocabulary (config.vocab_size={vocab}); "
+                    "tokenize with the model's own tokenizer (packwise verify --model DIR needs DIR's tokenizer)"
+                )
     if position_offset is None:
         from ..hf import position_offset as model_offset
 
