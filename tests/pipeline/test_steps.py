@@ -110,3 +110,16 @@ def test_piece_counts_add_up_to_the_whole_input(ids, cut, capacity, policy):
     assert report.metadata() | {"input_fingerprint": local.input_fingerprint} == local.metadata()
     from_hist = plan_from_histogram(np.bincount(samples.lengths, minlength=capacity + 1), opts)
     assert from_hist.expand(samples.lengths).plan_hash() == the_plan.plan_hash()
+
+
+def test_numpy_integers_are_integers_and_unknown_options_get_a_suggestion():
+    import numpy as np
+
+    import packwise
+    from packwise.pipeline import PackOptions
+
+    opts = PackOptions(capacity=np.int64(64), alignment=np.int32(8), seed=np.uint8(3))
+    assert (opts.capacity, opts.alignment, opts.seed) == (64, 8, 3)
+    assert type(opts.capacity) is int and type(opts.seed) is int  # JSON-serialisable in metadata.json
+    with pytest.raises(TypeError, match=r"unknown packing option 'capcity' \(did you mean 'capacity'\?\)"):
+        packwise.pack_dataset([{"input_ids": [1, 2, 3]}], capcity=64)

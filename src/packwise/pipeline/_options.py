@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import numbers
 from dataclasses import dataclass, field
 from typing import Literal, get_args
+
+import numpy as np
 
 from ..files import FORMATS, Format
 from ._overflow import OVERFLOW_POLICIES, Overflow
@@ -66,6 +70,10 @@ class PackOptions:
         # planners; this is the one place above plan/ that validates options without planning).
         from ..plan import MAX_CAPACITY, check_algorithm_options, resolve_algorithm
 
+        for name in ("capacity", "alignment", "seed", "max_sequences_per_pack", "min_packs", "pack_count_multiple"):
+            value = getattr(self, name)  # numpy integers (np.int64 from an array) are integers: store plain ints
+            if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_, int)):
+                object.__setattr__(self, name, int(value))
         capacity, alignment = self.capacity, self.alignment
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
@@ -99,6 +107,12 @@ class PackOptions:
         Raises:
             TypeError: ``options`` is not a PackOptions, or a field name is unknown.
         """
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            known = [f.name for f in dataclasses.fields(cls)]
+            hints = [f"{u!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, known, 1)) else "")
+                     for u in unknown]  # fmt: skip
+            raise TypeError(f"unknown packing option {', '.join(hints)}; the options are: {', '.join(known)}")
         if options is None:
             return cls(**fields)
         if not isinstance(options, PackOptions):
