@@ -47,13 +47,8 @@ ALLOWED_REACH_INS: dict[tuple[str, str], str] = {
 KNOWN_TO_BE_REMOVED: dict[tuple[str, str, str], str] = {
     # -- upward imports
     ("upward", "packwise.integrations.ray", "packwise.config"): "hray: ray.pack_dataset(config=) -> config layer",
-    ("upward", "packwise.multimodal._chat", "packwise.pipeline"): "follow-up: resolve_media_path belongs in io",
-    ("upward", "packwise.text._literal", "packwise.multimodal"): "follow-up: audio token ids into constants",
     # -- module-level import cycle pipeline._samples <-> pipeline._tokens (the re-export at the end of _samples)
     # -- private reach-ins
-    ("reach-in", "packwise.integrations._ray_driver", "packwise.files._write"): "codemod",
-    ("reach-in", "packwise.integrations._ray_io", "packwise.files._read"): "hray/h15: _digest, _hf_files made public",
-    ("reach-in", "packwise.integrations._torch_data", "packwise.files._write"): "codemod",
 }
 
 #: The most private reach-ins packwise keeps (issue 17: "at most a handful, each justified in a comment").

@@ -5,6 +5,7 @@ the pipeline, report, the integrations and the CLI import from this facade inste
 """
 
 from ._manifest import check_replaceable  # noqa: F401
+from ._media_path import resolve_media_path  # noqa: F401
 from ._output import OutputDir, claim_output, register_files  # noqa: F401
 from ._read import (  # noqa: F401
     FORMATS,
@@ -17,6 +18,9 @@ from ._read import (  # noqa: F401
     detect_format,
     detect_kind,
     from_rows,
+    hf_dataset_files,
+    input_digest,
+    jsonl_lines,
     parquet_files,
     parse_line,
     read_input,
@@ -25,9 +29,12 @@ from ._write import (  # noqa: F401
     FORMAT,
     METADATA,
     ROW_GROUP_PACKS,
+    check_checksum,
     load_packed,
+    metadata_text,
     packed_files,
     read_metadata,
+    sha256_file,
     shard_name,
     write_metadata,
     write_packed,

@@ -85,7 +85,7 @@ def detect_kind(fields, where: str) -> Kind:
     )
 
 
-def _digest(paths: list[Path]) -> str:
+def input_digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for p in paths:
         with open(p, "rb") as f:
@@ -130,7 +130,7 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
         return _read_jsonl(path, skip_bad_rows)
     if not path.is_dir() and fmt == "hf":
         raise ValueError(f"input {path}: --format hf reads a save_to_disk directory, not a file; pass the directory")
-    files = parquet_files(path) if fmt == "parquet" else _hf_files(path)
+    files = parquet_files(path) if fmt == "parquet" else hf_dataset_files(path)
     tables = []
     for f in files:
         try:
@@ -149,7 +149,7 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
     if table.num_rows == 0:
         raise ValueError(f"input {path} is empty (no rows)")
     kind = detect_kind(table.column_names, str(path))
-    return RawInput(name=str(path), kind=kind, table=table, fingerprint=_digest(files))
+    return RawInput(name=str(path), kind=kind, table=table, fingerprint=input_digest(files))
 
 
 _SHARD = re.compile(r"^(?P<stem>.*?)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>\w+)$")
@@ -214,7 +214,7 @@ def _compatible(a: pa.Schema, b: pa.Schema) -> bool:
     return True
 
 
-def _hf_files(path: Path) -> list[Path]:
+def hf_dataset_files(path: Path) -> list[Path]:
     """The ``.arrow`` files a ``save_to_disk`` folder's ``state.json`` lists, all present and inside it."""
     state = path / "state.json"
     arrows = sorted(p.name for p in path.glob("*.arrow"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..files._write import metadata_text, write_metadata
+from ..files import metadata_text, write_metadata
 from ..pipeline import PackOptions, PackReport
 from ..pipeline.steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
 from ._ray_fs import RemoteOutput

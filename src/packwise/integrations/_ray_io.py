@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..files._read import (
+from ..files import (
     RawInput,
-    _digest,
-    _hf_files,
     check_jsonl_file,
     detect_format,
     detect_kind,
     from_rows,
+    hf_dataset_files,
+    input_digest,
     jsonl_lines,
     parquet_files,
     parse_line,
@@ -76,11 +76,11 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
         newlines = ray.get([count.remote(str(path), lo, hi) for lo, hi in ranges])
         first = np.cumsum([1, *newlines[:-1]]).tolist()  # 1-based number of each range's first line
         pieces = [("jsonl", str(path), (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
-        return str(path), kind, pieces, ray.remote(_digest).remote([path])
+        return str(path), kind, pieces, ray.remote(input_digest).remote([path])
     if fmt == "hf":
-        files = _hf_files(path)
+        files = hf_dataset_files(path)
         kind, pieces = _arrow_pieces(ray, [str(f) for f in files], str(path), cpus)
-        return str(path), kind, pieces, ray.remote(_digest).remote(files)
+        return str(path), kind, pieces, ray.remote(input_digest).remote(files)
     import pyarrow.parquet as pq
 
     files = parquet_files(path)  # complete shard sets, as the local reader checks
@@ -90,7 +90,7 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"input {path} cannot be read as parquet: {e}") from e
     pieces = _parquet_pieces([str(f) for f in files], footers, schema, str(path), cpus)
-    return str(path), detect_kind(schema.names, str(path)), pieces, ray.remote(_digest).remote(files)
+    return str(path), detect_kind(schema.names, str(path)), pieces, ray.remote(input_digest).remote(files)
 
 
 def _remote_source(ray, loc: Loc, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str, list, object]:

@@ -16,7 +16,7 @@ from ..assemble import (
     PackedSequence,
     assemble_pack,
 )
-from ..files._write import check_checksum, packed_files, read_metadata, sha256_file
+from ..files import check_checksum, packed_files, read_metadata, sha256_file
 from ..plan import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..constants import AUDIO_END_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_TOKEN_ID
+
 VISION_START_TOKEN_ID = 151652  # <|vision_start|> in Qwen2.5 / Qwen2.5-Omni
 
 
@@ -41,9 +43,9 @@ class AudioSpec:
     sampling_rate: int = 16000
     feature_size: int = 128
     chunk_length: int = 30
-    audio_token_id: int = 151646
-    audio_start_token_id: int = 151647
-    audio_end_token_id: int = 151648
+    audio_token_id: int = AUDIO_TOKEN_ID
+    audio_start_token_id: int = AUDIO_START_TOKEN_ID
+    audio_end_token_id: int = AUDIO_END_TOKEN_ID
 
     def to_dict(self) -> dict:
         return asdict(self)

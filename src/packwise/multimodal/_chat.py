@@ -32,12 +32,12 @@ def is_multimodal(row: dict, key: str = "messages") -> bool:
 def _media_path(path, base_dir: Path | None, spec: VisionSpec, where: str, field: str, kind: str) -> Path:
     """The one path check for every media kind (image, video, frame, audio): the absolute path, refused when it
     leaves the media root (``spec.media_root``; default the input's folder ``base_dir``) — see
-    :func:`packwise.pipeline._media.resolve_media_path`.
+    :func:`packwise.files.resolve_media_path`.
 
     Raises:
         BadRow: naming the row, the field, the path and the fix.
     """
-    from ..pipeline import resolve_media_path
+    from ..files import resolve_media_path
 
     root = spec.media_root if spec.media_root is not None else base_dir  # base_dir: the input's folder
     return resolve_media_path(path, base=base_dir, media_root=root, where=where, field=field, kind=kind)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..files import BadRow
+from ..files import BadRow, resolve_media_path  # noqa: F401  (re-exported: pipeline's layer API)
 from ..multimodal import AudioSpec, VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"
@@ -55,51 +55,6 @@ def with_media_root(vision: VisionSpec | None, name) -> VisionSpec:
     vision = vision or VisionSpec()
     root = Path(vision.media_root).expanduser().resolve() if vision.media_root else default_media_root(name)
     return replace(vision, media_root=None if root is None else str(root))
-
-
-def resolve_media_path(
-    path, *, base: Path | str | None, media_root: Path | str | None, where: str, field: str, kind: str = "media file"
-) -> Path:
-    """The absolute path of a media file (image, audio, video) named in a row, refused outside ``media_root``.
-
-    Relative paths are relative to ``base`` (the input file's folder; None: the working directory). The
-    resolved path — symbolic links followed, so a link inside the root that points outside is refused too —
-    must lie inside ``media_root`` (None: no bound, for in-memory rows). Every media kind calls this function.
-
-    Raises:
-        BadRow: the path is not a non-empty string, leaves the media root, does not exist, or is a directory —
-            naming the row, the field, the path and the fix (``--media-root`` / ``media_root=`` widens the root).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> root = pathlib.Path(tempfile.mkdtemp()).resolve()
-        >>> _ = (root / "a.png").write_bytes(b"")
-        >>> resolve_media_path("a.png", base=root, media_root=root, where="row 0", field="images[0]") == root / "a.png"
-        True
-        >>> resolve_media_path("../x.png", base=root, media_root=root, where="row 0", field="images[0]")
-        Traceback (most recent call last):
-        ...
-        packwise.files._read.BadRow: row 0: field 'images[0]' names media file ..., outside the media root ...
-    """
-    if not isinstance(path, str) or not path:
-        raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")
-    full = Path(path)
-    full = (full if full.is_absolute() else Path(base or Path.cwd()) / full).resolve()
-    if media_root is not None:
-        root = Path(media_root).resolve()
-        if full != root and root not in full.parents:
-            raise BadRow(
-                where, field,
-                f"names {kind} {full}, outside the media root {root}; media files must be inside it",
-                "move the file there or pass --media-root (media_root=) a folder that contains it",
-            )  # fmt: skip
-    if full.is_dir():
-        raise BadRow(where, field, f"names {kind} {full}, which is a directory, not a file", "name the file itself")
-    if not full.is_file():
-        raise BadRow(
-            where, field, f"names {kind} {full}, which does not exist (relative paths are relative to the input file)"
-        )
-    return full
 
 
 def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str) -> np.ndarray:

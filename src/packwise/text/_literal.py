@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from ..constants import AUDIO_END_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_TOKEN_ID
 from ..files import BadRow
 
 #: Vision placeholders: the pipeline checks them against the row's media (pipeline/_samples.py).
@@ -30,12 +31,8 @@ def special_token_pattern(tokenizer) -> re.Pattern | None:
     specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
-    from ..multimodal import AudioSpec
-
-    a = AudioSpec()  # the audio placeholders' ids (Qwen2.5-Omni; the Qwen2.5 BPE's added tokens at those ids)
-    media = set(VISION_TOKENS) | {
-        decoder[i].content for i in (a.audio_token_id, a.audio_start_token_id, a.audio_end_token_id) if i in decoder
-    }
+    audio = (AUDIO_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_END_TOKEN_ID)  # Qwen2.5-Omni's placeholders (constants)
+    media = set(VISION_TOKENS) | {decoder[i].content for i in audio if i in decoder}
     specials = sorted((t for t in specials if t and t not in media), key=len, reverse=True)
     return re.compile("|".join(map(re.escape, specials))) if specials else None
 
