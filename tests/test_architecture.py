@@ -128,9 +128,7 @@ def test_known_entries_name_an_owner(kind):
 
 
 #: Public names without a running ``Example:`` (name -> who adds it or removes the name).
-KNOWN_WITHOUT_EXAMPLE = {
-    "packwise.integrations.ray.pack_dataset": "hray: only +SKIP examples (ray.init takes seconds)",
-}
+KNOWN_WITHOUT_EXAMPLE = {}
 
 
 def test_every_public_name_has_an_example():

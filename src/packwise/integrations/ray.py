@@ -349,4 +349,4 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
     return [shard for group in done for shard in group], fills, [r[2] for r in results], pad, lengths
 
 
-__all__ = ["pack_dataset", "pack_ray"]
+__all__ = ["pack_ray"]  # pack_dataset(config=) stays importable: the PackingConfig front door of pack_ray
