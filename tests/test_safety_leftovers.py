@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from packwise.cli import main
-from packwise.files import _lines, read_input, write_packed
+from packwise.files import _lines, load_packed, read_input, write_packed
 from packwise.pipeline import pack_dataset
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
@@ -173,3 +173,29 @@ def test_the_data_safety_table_names_only_tests_that_exist():
         if not re.search(rf"^(async )?def {t}\(", (root / short.get(f, f)).read_text(), re.M)
     ]
     assert missing == []
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("name", [".packwise-manifest.json", "metadata.json", ".packwise-commit"])
+def test_deeply_nested_packwise_files_are_named_not_a_recursion_error(tmp_path, write_jsonl, capsys, name):
+    src = write_jsonl([{"input_ids": [1, 2]}, {"input_ids": [3]}])
+    out = tmp_path / "out"
+    assert run(capsys, "pack", src, "-o", out, "--capacity", 4)[0] == 0
+    (out / name).write_text(DEEP)
+    before = sorted(p.name for p in out.iterdir())
+    why = rf"{out / name} is not a valid packwise file \(JSON nested deeper than about \d+ levels\); restore it"
+    rc, err = run(capsys, "pack", src, "-o", out, "--capacity", 4, "--overwrite")
+    assert rc != 0 and "Traceback" not in err  # metadata.json: refused as a packwise file that changed since
+    assert name == "metadata.json" or "is not a valid packwise file" in err
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing deleted
+    if name == ".packwise-manifest.json":
+        return  # only the writer reads the manifest
+    with pytest.raises(ValueError, match=why):
+        load_packed(out)
+    for cmd in ("report", "inspect"):
+        capsys.readouterr()
+        rc, err = main([cmd, str(out)]), capsys.readouterr().err
+        assert rc != 0 and "is not a valid packwise file" in err and "Traceback" not in err, (cmd, err)
+    assert sorted(p.name for p in out.iterdir()) == before

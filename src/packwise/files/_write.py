@@ -28,6 +28,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._lines import read_own_json
+
 FORMAT = "packwise-packed-v1"
 METADATA = "metadata.json"
 ROW_GROUP_PACKS = 256
@@ -224,9 +226,9 @@ def read_metadata(path) -> dict:
     if not meta_path.exists():
         raise ValueError(f"{path} is not a packwise packed dataset (no {METADATA}); write one with `packwise pack`")
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{meta_path} cannot be read as JSON ({e}); re-run packwise pack") from e
+        meta = read_own_json(meta_path)
+    except OSError as e:
+        raise ValueError(f"{meta_path} cannot be read ({e}); re-run packwise pack") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"{meta_path}: format {got!r}, expected {FORMAT!r}")
