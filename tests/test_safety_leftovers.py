@@ -199,3 +199,15 @@ def test_deeply_nested_packwise_files_are_named_not_a_recursion_error(tmp_path, 
         rc, err = main([cmd, str(out)]), capsys.readouterr().err
         assert rc != 0 and "is not a valid packwise file" in err and "Traceback" not in err, (cmd, err)
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_json_booleans_as_token_ids_are_bad_rows_like_floats(write_jsonl):
+    src = write_jsonl([{"input_ids": [True, 2]}, {"input_ids": [3, 4]}, {"input_ids": [3, 4], "labels": [1, False]}])
+    with pytest.raises(ValueError, match=rf"{src} line 1: field 'input_ids' contains True; expected a flat list of"):
+        pack_dataset(src, capacity=8)
+    table, report = pack_dataset(src, capacity=8, skip_bad_rows=True)
+    assert (report.rows_read, report.rows_skipped, table.column("input_ids").to_pylist()) == (3, 2, [[3, 4]])
+    assert report.skipped_examples == [
+        f"{src} line 1: field 'input_ids' contains True; expected a flat list of integers",
+        f"{src} line 3: field 'labels' contains False; expected a flat list of integers",
+    ]
