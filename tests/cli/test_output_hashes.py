@@ -228,3 +228,17 @@ def test_packwise_report_never_overwrites_a_report_file_it_did_not_write(data, t
         "move it away (or delete it yourself) and run again"
     )
     assert (out / "report.md").read_text() == "my notes\n"
+
+
+def test_float_ids_are_refused_even_without_checksums(data, tmp_path):
+    out = tmp_path / "out"
+    assert pack(data, out) == 0
+    shard = sorted(out.glob("packs-*.parquet"))[0]
+    t = pq.read_table(shard)
+    i = t.column_names.index("input_ids")
+    pq.write_table(t.set_column(i, "input_ids", t.column(i).cast(pa.list_(pa.float64()))), shard)
+    why = f"{shard}: column 'input_ids' has type list<element: double>, expected a list of integers; the shard was"
+    with pytest.raises(ValueError, match=why):
+        load_packed(out, verify_checksums=False)
+    with pytest.raises(ValueError, match=why):
+        PackedParquetDataset(out, verify_checksums=False)

@@ -343,17 +343,41 @@ _PER_SEQUENCE = ("seq_lengths", "source_index", "second_per_grid_ts")
 _MEDIA_PREFIXES = ("image_", "images_", "audio_", "audios_", "video_", "videos_")
 
 
+#: Columns of a packed shard that hold lists of integers (token ids, labels, sequence lengths and sources).
+INT_LIST_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
+
+
+def check_column_types(schema: pa.Schema, where) -> None:
+    """Refuse a packed shard whose id, label or sequence columns are not lists of integers (say ``input_ids``
+    rewritten as ``list<double>``): loading it would hand floats to a model. Checked whether or not hashes are.
+
+    Raises:
+        ValueError: naming ``where`` (the file), the column, its type and the fix.
+    """
+    for name in INT_LIST_COLUMNS:
+        if name not in schema.names:
+            continue
+        t = schema.field(name).type
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_integer(t.value_type):
+            raise ValueError(
+                f"{where}: column {name!r} has type {t}, expected a list of integers; the shard was modified — "
+                "re-run packwise pack"
+            )
+
+
 def check_rows(table: pa.Table, where) -> None:
     """Refuse a packed shard whose rows do not hold together (vectorised over the shard, pyarrow + numpy):
     every per-token list column (``labels``, ...) has as many entries as ``input_ids`` in each row, and
     ``seq_lengths`` (when present) are >= 1 and sum to the row's ``input_ids`` length, with one
-    ``source_index`` per sequence.
+    ``source_index`` per sequence; the columns have their types (:func:`check_column_types`).
 
     Raises:
         ValueError: naming ``where`` (the file), the first bad row and the column.
     """
     import numpy as np
     import pyarrow.compute as pc
+
+    check_column_types(table.schema, where)
 
     def lengths(name: str) -> np.ndarray:
         col = table.column(name).combine_chunks()
