@@ -242,3 +242,27 @@ def test_float_ids_are_refused_even_without_checksums(data, tmp_path):
         load_packed(out, verify_checksums=False)
     with pytest.raises(ValueError, match=why):
         PackedParquetDataset(out, verify_checksums=False)
+
+
+@pytest.mark.parametrize("loader", ["load_packed", "PackedParquetDataset"])
+def test_hashes_stripped_from_metadata_then_a_shard_swapped_is_refused_by_the_manifest(loader, data, tmp_path):
+    out = tmp_path / "out"
+    assert pack(data, out, "--packs-per-shard", "2") == 0
+    load = load_packed if loader == "load_packed" else PackedParquetDataset
+    meta = json.loads((out / "metadata.json").read_text())
+    for s in meta["shards"]:
+        del s["sha256"], s["bytes"]
+    (out / "metadata.json").write_text(json.dumps(meta))
+    shard = out / "packs-00001-of-00002.parquet"
+    expected = shard.stat().st_size
+    want, got = swap_in_a_valid_shard(out)
+    size = shard.stat().st_size
+    with pytest.raises(ValueError) as e:
+        load(out)
+    assert str(e.value) == (
+        f"{shard}: its SHA-256 is {got} ({size} bytes) but {MANIFEST} records {want} ({expected} bytes); the "
+        "shard was changed after packwise wrote it — re-run packwise pack (or pass verify_checksums=False to read "
+        "it anyway)"
+    )
+    kept = load(out, verify_checksums=False)
+    assert len(kept) if loader != "load_packed" else kept.num_rows == 4
