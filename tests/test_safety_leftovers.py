@@ -211,3 +211,25 @@ def test_json_booleans_as_token_ids_are_bad_rows_like_floats(write_jsonl):
         f"{src} line 1: field 'input_ids' contains True; expected a flat list of integers",
         f"{src} line 3: field 'labels' contains False; expected a flat list of integers",
     ]
+
+
+def test_a_lone_surrogate_is_a_named_skippable_bad_row(tmp_path, qwen):
+    src = tmp_path / "data.jsonl"
+    src.write_text('{"prompt": "a\\ud800b", "completion": "x"}\n{"prompt": "1+1=", "completion": "2"}\n')
+    why = f"{src} line 1: field 'prompt' is not valid Unicode text: lone surrogate at char 1"
+    with pytest.raises(ValueError, match=why):
+        pack_dataset(src, capacity=64, tokenizer=qwen)
+    table, report = pack_dataset(src, capacity=64, tokenizer=qwen, skip_bad_rows=True)
+    assert (report.rows_read, report.rows_skipped, table.num_rows) == (2, 1, 1)
+    assert report.skipped_examples[0].startswith(why)
+
+
+def test_an_empty_chat_template_is_named_empty(write_jsonl, capsys):
+    from packwise.text import load_chat_template
+
+    for empty in ("", "  "):
+        with pytest.raises(ValueError, match=rf"chat template {empty!r} is empty; pass a template file, 'chatml'"):
+            load_chat_template(empty)
+    src = write_jsonl([CHAT])
+    rc, err = run(capsys, "pack", src, "-o", src.parent / "out", "--capacity", 64, "--chat-template", "")
+    assert rc != 0 and "chat template '' is empty" in err, err
