@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from packwise.cli import main
-from packwise.files import _lines, read_input, write_packed
+from packwise.files import _lines, load_packed, read_input, write_packed
 from packwise.pipeline import pack_dataset
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
@@ -173,3 +173,63 @@ def test_the_data_safety_table_names_only_tests_that_exist():
         if not re.search(rf"^(async )?def {t}\(", (root / short.get(f, f)).read_text(), re.M)
     ]
     assert missing == []
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("name", [".packwise-manifest.json", "metadata.json", ".packwise-commit"])
+def test_deeply_nested_packwise_files_are_named_not_a_recursion_error(tmp_path, write_jsonl, capsys, name):
+    src = write_jsonl([{"input_ids": [1, 2]}, {"input_ids": [3]}])
+    out = tmp_path / "out"
+    assert run(capsys, "pack", src, "-o", out, "--capacity", 4)[0] == 0
+    (out / name).write_text(DEEP)
+    before = sorted(p.name for p in out.iterdir())
+    why = rf"{out / name} is not a valid packwise file \(JSON nested deeper than about \d+ levels\); restore it"
+    rc, err = run(capsys, "pack", src, "-o", out, "--capacity", 4, "--overwrite")
+    assert rc != 0 and "Traceback" not in err  # metadata.json: refused as a packwise file that changed since
+    assert name == "metadata.json" or "is not a valid packwise file" in err
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing deleted
+    if name == ".packwise-manifest.json":
+        return  # only the writer reads the manifest
+    with pytest.raises(ValueError, match=why):
+        load_packed(out)
+    for cmd in ("report", "inspect"):
+        capsys.readouterr()
+        rc, err = main([cmd, str(out)]), capsys.readouterr().err
+        assert rc != 0 and "is not a valid packwise file" in err and "Traceback" not in err, (cmd, err)
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_json_booleans_as_token_ids_are_bad_rows_like_floats(write_jsonl):
+    src = write_jsonl([{"input_ids": [True, 2]}, {"input_ids": [3, 4]}, {"input_ids": [3, 4], "labels": [1, False]}])
+    with pytest.raises(ValueError, match=rf"{src} line 1: field 'input_ids' contains True; expected a flat list of"):
+        pack_dataset(src, capacity=8)
+    table, report = pack_dataset(src, capacity=8, skip_bad_rows=True)
+    assert (report.rows_read, report.rows_skipped, table.column("input_ids").to_pylist()) == (3, 2, [[3, 4]])
+    assert report.skipped_examples == [
+        f"{src} line 1: field 'input_ids' contains True; expected a flat list of integers",
+        f"{src} line 3: field 'labels' contains False; expected a flat list of integers",
+    ]
+
+
+def test_a_lone_surrogate_is_a_named_skippable_bad_row(tmp_path, qwen):
+    src = tmp_path / "data.jsonl"
+    src.write_text('{"prompt": "a\\ud800b", "completion": "x"}\n{"prompt": "1+1=", "completion": "2"}\n')
+    why = f"{src} line 1: field 'prompt' is not valid Unicode text: lone surrogate at char 1"
+    with pytest.raises(ValueError, match=why):
+        pack_dataset(src, capacity=64, tokenizer=qwen)
+    table, report = pack_dataset(src, capacity=64, tokenizer=qwen, skip_bad_rows=True)
+    assert (report.rows_read, report.rows_skipped, table.num_rows) == (2, 1, 1)
+    assert report.skipped_examples[0].startswith(why)
+
+
+def test_an_empty_chat_template_is_named_empty(write_jsonl, capsys):
+    from packwise.text import load_chat_template
+
+    for empty in ("", "  "):
+        with pytest.raises(ValueError, match=rf"chat template {empty!r} is empty; pass a template file, 'chatml'"):
+            load_chat_template(empty)
+    src = write_jsonl([CHAT])
+    rc, err = run(capsys, "pack", src, "-o", src.parent / "out", "--capacity", 64, "--chat-template", "")
+    assert rc != 0 and "chat template '' is empty" in err, err

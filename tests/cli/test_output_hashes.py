@@ -228,3 +228,41 @@ def test_packwise_report_never_overwrites_a_report_file_it_did_not_write(data, t
         "move it away (or delete it yourself) and run again"
     )
     assert (out / "report.md").read_text() == "my notes\n"
+
+
+def test_float_ids_are_refused_even_without_checksums(data, tmp_path):
+    out = tmp_path / "out"
+    assert pack(data, out) == 0
+    shard = sorted(out.glob("packs-*.parquet"))[0]
+    t = pq.read_table(shard)
+    i = t.column_names.index("input_ids")
+    pq.write_table(t.set_column(i, "input_ids", t.column(i).cast(pa.list_(pa.float64()))), shard)
+    why = f"{shard}: column 'input_ids' has type list<element: double>, expected a list of integers; the shard was"
+    with pytest.raises(ValueError, match=why):
+        load_packed(out, verify_checksums=False)
+    with pytest.raises(ValueError, match=why):
+        PackedParquetDataset(out, verify_checksums=False)
+
+
+@pytest.mark.parametrize("loader", ["load_packed", "PackedParquetDataset"])
+def test_hashes_stripped_from_metadata_then_a_shard_swapped_is_refused_by_the_manifest(loader, data, tmp_path):
+    out = tmp_path / "out"
+    assert pack(data, out, "--packs-per-shard", "2") == 0
+    load = load_packed if loader == "load_packed" else PackedParquetDataset
+    meta = json.loads((out / "metadata.json").read_text())
+    for s in meta["shards"]:
+        del s["sha256"], s["bytes"]
+    (out / "metadata.json").write_text(json.dumps(meta))
+    shard = out / "packs-00001-of-00002.parquet"
+    expected = shard.stat().st_size
+    want, got = swap_in_a_valid_shard(out)
+    size = shard.stat().st_size
+    with pytest.raises(ValueError) as e:
+        load(out)
+    assert str(e.value) == (
+        f"{shard}: its SHA-256 is {got} ({size} bytes) but {MANIFEST} records {want} ({expected} bytes); the "
+        "shard was changed after packwise wrote it — re-run packwise pack (or pass verify_checksums=False to read "
+        "it anyway)"
+    )
+    kept = load(out, verify_checksums=False)
+    assert len(kept) if loader != "load_packed" else kept.num_rows == 4

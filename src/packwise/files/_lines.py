@@ -85,6 +85,46 @@ def parse_line(raw: bytes, path, lineno: int, *, hint: str = SKIP_HINT) -> dict:
     return row
 
 
+#: Largest file of packwise's own (metadata.json, the manifest, the journal) read as JSON, in bytes.
+MAX_OWN_JSON_BYTES = 256 << 20
+
+
+def read_own_json(path):
+    """The parsed content of one of packwise's own JSON files (``metadata.json``, ``.packwise-manifest.json``,
+    the commit journal), read with a size cap (:data:`MAX_OWN_JSON_BYTES`) and a nesting bound.
+
+    Raises:
+        OSError: the file cannot be opened (``FileNotFoundError`` when it is missing).
+        ValueError: it is larger than the cap, is not JSON or is nested deeper than Python's recursion limit;
+            the message names the file, says it is not a valid packwise file and the fix. Nothing is deleted.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "metadata.json"
+    >>> _ = p.write_text("[" * 100000 + "]" * 100000)
+    >>> read_own_json(p)
+    Traceback (most recent call last):
+    ...
+    ValueError: ...metadata.json is not a valid packwise file (JSON nested deeper than about ... levels); ...
+    """
+    path = Path(path)
+    fix = "restore it from a copy, or move the folder away and re-run packwise pack"
+    with open(path, "rb") as f:
+        raw = f.read(MAX_OWN_JSON_BYTES + 1)
+    if len(raw) > MAX_OWN_JSON_BYTES:
+        raise ValueError(
+            f"{path} is not a valid packwise file (larger than the {MAX_OWN_JSON_BYTES:,} byte limit); {fix}"
+        )
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{path} is not a valid packwise file (not JSON: {e}); {fix}") from None
+    except RecursionError:
+        raise ValueError(
+            f"{path} is not a valid packwise file (JSON nested deeper than about {sys.getrecursionlimit()} "
+            f"levels); {fix}"
+        ) from None
+
+
 #: File signatures that mean the file is not JSON text (checked on the first bytes of a .jsonl input).
 _MAGIC = (
     (b"\x1f\x8b", "gzip-compressed", "decompress it: gunzip -c {p} > data.jsonl"),

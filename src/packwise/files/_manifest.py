@@ -19,6 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ._lines import read_own_json
 from ._owned import (
     _SHARD,
     JOURNAL,
@@ -74,9 +75,9 @@ def read_manifest(out) -> dict[str, dict | None] | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} cannot be read as JSON ({e}); remove the directory yourself") from None
+        data = read_own_json(path)
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read ({e}); remove the directory yourself") from None
     files = data.get("files") if isinstance(data, dict) else None
     fmt = data.get("format") if isinstance(data, dict) else None
     if fmt == MANIFEST_V1 and isinstance(files, list):
@@ -167,7 +168,7 @@ def staged_records(staging: Path) -> dict[str, dict]:
 
     known = {}
     try:
-        meta = json.loads((staging / METADATA).read_text())
+        meta = read_own_json(staging / METADATA)
         known = {s["file"]: s for s in meta.get("shards", []) if "sha256" in s}
     except (OSError, ValueError, AttributeError, TypeError, KeyError):
         pass
@@ -194,7 +195,12 @@ def roll_forward(out: Path) -> str | None:
     """
     journal = out / JOURNAL
     try:
-        data = json.loads(journal.read_text())
+        data = read_own_json(journal)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ValueError(f"{journal} cannot be read ({e}); remove the directory yourself") from None
+    try:
         staging, files, remove = data["staging"], data["files"], data["remove"]
         if isinstance(files, list):  # an older packwise's journal: names only
             files = dict.fromkeys(files)
@@ -202,9 +208,7 @@ def roll_forward(out: Path) -> str | None:
             raise TypeError("files must be a mapping and remove a list")
         if not all(map(_valid_record, files.values())):
             raise TypeError("a file record is not {bytes, sha256}")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise ValueError(f"{journal} cannot be read ({e}); remove the directory yourself") from None
     if not all(_plain_name(f) for f in [staging, *files, *remove]) or not staging.startswith(STAGING_PREFIX):
         raise ValueError(f"{journal} names a path outside {out}; the journal was edited — remove it yourself")

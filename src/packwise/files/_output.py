@@ -43,6 +43,7 @@ import socket
 import tempfile
 from pathlib import Path
 
+from ._lines import read_own_json
 from ._manifest import (  # noqa: F401 (re-exported)
     MANIFEST_FORMAT,
     classify,
@@ -192,7 +193,7 @@ class OutputDir:
         if p.is_symlink() or not p.is_file():
             return False
         try:
-            data = json.loads(p.read_text())
+            data = read_own_json(p)
         except (OSError, ValueError):
             return False
         pid = data.get("pid") if isinstance(data, dict) else None

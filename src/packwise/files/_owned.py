@@ -4,11 +4,12 @@ a leftover of an interrupted run only when, in addition, the pid in its name is 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
 from pathlib import Path
+
+from ._lines import read_own_json
 
 LOCK = ".packwise.lock"
 MANIFEST = ".packwise-manifest.json"
@@ -53,7 +54,7 @@ def _legacy_files(out: Path) -> list[str] | None:
     from ._write import FORMAT, METADATA
 
     try:
-        meta = json.loads((out / METADATA).read_text())
+        meta = read_own_json(out / METADATA)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -96,12 +97,12 @@ def _is_packwise_file(path: Path) -> bool:
         return head.startswith(b"PAR1")
     if name == METADATA:
         try:
-            return json.loads(path.read_text()).get("format") == FORMAT
+            return read_own_json(path).get("format") == FORMAT
         except (OSError, ValueError, AttributeError):
             return False
     if name == "report.json":
         try:
-            data = json.loads(path.read_text())
+            data = read_own_json(path)
         except (OSError, ValueError):
             return False
         return isinstance(data, dict) and (

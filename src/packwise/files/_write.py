@@ -28,6 +28,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._lines import read_own_json
+
 FORMAT = "packwise-packed-v1"
 METADATA = "metadata.json"
 ROW_GROUP_PACKS = 256
@@ -95,6 +97,26 @@ def sha256_file(path, *, chunk: int = 1 << 22) -> tuple[int, str]:
     return size, sha.hexdigest()
 
 
+def shard_records(path, shards: list[dict]) -> list[dict]:
+    """``metadata.json``'s shard entries; one without a SHA-256 (stripped, or written before packwise recorded
+    them) takes the size and SHA-256 that ``.packwise-manifest.json`` records for its file, when it has one,
+    marked ``"recorded_in"``: stripping hashes from ``metadata.json`` does not switch the check off.
+
+    Raises:
+        ValueError: the manifest is not packwise's (:func:`._manifest.read_manifest`).
+    """
+    if all("sha256" in s for s in shards):
+        return shards
+    from ._manifest import MANIFEST, read_manifest
+
+    records = read_manifest(path) or {}
+    out = []
+    for s in shards:
+        r = records.get(s["file"]) if "sha256" not in s else None
+        out.append({**s, "bytes": r["bytes"], "sha256": r["sha256"], "recorded_in": MANIFEST} if r else s)
+    return out
+
+
 def check_checksum(f: Path, shard: dict, size: int, digest: str) -> None:
     """Refuse a shard whose size or SHA-256 is not the one ``metadata.json`` records (no record: accepted,
     an output written before packwise recorded them).
@@ -106,7 +128,8 @@ def check_checksum(f: Path, shard: dict, size: int, digest: str) -> None:
     if want is None or (digest == want and size == shard.get("bytes", size)):
         return
     raise ValueError(
-        f"{f}: its SHA-256 is {digest} ({size} bytes) but metadata.json records {want} ({shard.get('bytes')} "
+        f"{f}: its SHA-256 is {digest} ({size} bytes) but {shard.get('recorded_in', METADATA)} records {want} "
+        f"({shard.get('bytes')} "
         "bytes); the shard was changed after packwise wrote it — re-run packwise pack (or pass "
         "verify_checksums=False to read it anyway)"
     )
@@ -224,9 +247,9 @@ def read_metadata(path) -> dict:
     if not meta_path.exists():
         raise ValueError(f"{path} is not a packwise packed dataset (no {METADATA}); write one with `packwise pack`")
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{meta_path} cannot be read as JSON ({e}); re-run packwise pack") from e
+        meta = read_own_json(meta_path)
+    except OSError as e:
+        raise ValueError(f"{meta_path} cannot be read ({e}); re-run packwise pack") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"{meta_path}: format {got!r}, expected {FORMAT!r}")
@@ -305,7 +328,9 @@ def load_packed(path, *, verify_checksums: bool = True) -> pa.Table:
     meta = read_metadata(path)
     need = {"input_ids"} | ({"labels", "seq_lengths", "source_index"} if "tokens_packed" in meta else set())
     tables = []
-    for f, shard in zip(packed_files(path), meta["shards"]):
+    for f, shard in zip(
+        packed_files(path), shard_records(path, meta["shards"]) if verify_checksums else meta["shards"]
+    ):
         try:
             if verify_checksums and "sha256" in shard:
                 data = f.read_bytes()
@@ -341,17 +366,41 @@ _PER_SEQUENCE = ("seq_lengths", "source_index", "second_per_grid_ts")
 _MEDIA_PREFIXES = ("image_", "images_", "audio_", "audios_", "video_", "videos_")
 
 
+#: Columns of a packed shard that hold lists of integers (token ids, labels, sequence lengths and sources).
+INT_LIST_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
+
+
+def check_column_types(schema: pa.Schema, where) -> None:
+    """Refuse a packed shard whose id, label or sequence columns are not lists of integers (say ``input_ids``
+    rewritten as ``list<double>``): loading it would hand floats to a model. Checked whether or not hashes are.
+
+    Raises:
+        ValueError: naming ``where`` (the file), the column, its type and the fix.
+    """
+    for name in INT_LIST_COLUMNS:
+        if name not in schema.names:
+            continue
+        t = schema.field(name).type
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_integer(t.value_type):
+            raise ValueError(
+                f"{where}: column {name!r} has type {t}, expected a list of integers; the shard was modified — "
+                "re-run packwise pack"
+            )
+
+
 def check_rows(table: pa.Table, where) -> None:
     """Refuse a packed shard whose rows do not hold together (vectorised over the shard, pyarrow + numpy):
     every per-token list column (``labels``, ...) has as many entries as ``input_ids`` in each row, and
     ``seq_lengths`` (when present) are >= 1 and sum to the row's ``input_ids`` length, with one
-    ``source_index`` per sequence.
+    ``source_index`` per sequence; the columns have their types (:func:`check_column_types`).
 
     Raises:
         ValueError: naming ``where`` (the file), the first bad row and the column.
     """
     import numpy as np
     import pyarrow.compute as pc
+
+    check_column_types(table.schema, where)
 
     def lengths(name: str) -> np.ndarray:
         col = table.column(name).combine_chunks()

@@ -16,7 +16,7 @@ from ..assemble import (
     PackedSequence,
     assemble_pack,
 )
-from ..files import check_checksum, packed_files, read_metadata, sha256_file
+from ..files import check_checksum, check_column_types, packed_files, read_metadata, sha256_file, shard_records
 from ..plan import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
@@ -65,7 +65,8 @@ class PackedParquetDataset(Dataset):
         self.metadata = read_metadata(self.path)
         self.files = [str(f) for f in packed_files(self.path)]
         counts = [s["packs"] for s in self.metadata["shards"]]
-        for f, expected, shard in zip(self.files, counts, self.metadata["shards"]):
+        shards = shard_records(self.path, self.metadata["shards"]) if verify_checksums else self.metadata["shards"]
+        for f, expected, shard in zip(self.files, counts, shards):
             if verify_checksums and "sha256" in shard:
                 check_checksum(Path(f), shard, *sha256_file(f))
             try:
@@ -83,6 +84,7 @@ class PackedParquetDataset(Dataset):
             missing = sorted(set(BASE_COLUMNS) - names)
             if missing:
                 raise ValueError(f"{f} has no {missing[0]!r} column; it is not packwise output — re-run packwise pack")
+            check_column_types(pf.schema_arrow, f)
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
         self._open: dict[int, pq.ParquetFile] = {}

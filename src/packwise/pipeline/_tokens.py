@@ -119,6 +119,8 @@ def _int_list(value, where: str, name: str) -> np.ndarray:
         arr = np.asarray(value)
     except (OverflowError, ValueError):
         arr = np.asarray(value, dtype=object)
+    if arr.dtype.kind in "iu" and isinstance(value, list) and bool in map(type, value):  # [true, 2] is not [1, 2]
+        arr = np.asarray(value, dtype=object)
     if arr.size and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
         flat = list(value) if arr.ndim == 1 else [value]
         missing = object()

@@ -49,27 +49,45 @@ def _texts(message: dict):
 
 def check_row(row, pattern: re.Pattern | None, where: str) -> None:
     """Raise :class:`~packwise.files._read.BadRow` naming ``where`` and the field when one conversation (a list of
-    messages) or one ``(prompt, completion)`` pair of strings holds a literal special token."""
-    if pattern is None:
-        return
+    messages) or one ``(prompt, completion)`` pair of strings holds a literal special token or a lone surrogate
+    (text no tokenizer can encode)."""
     if isinstance(row, tuple):
         fields = zip(("prompt", "completion"), row)
     else:
         fields = ((f"messages[{j}].{name}", text) for j, message in enumerate(row) for name, text in _texts(message))
     for name, text in fields:
-        if m := pattern.search(text):
+        if not isinstance(text, str):
+            continue
+        if (at := _lone_surrogate(text)) is not None:
+            raise BadRow(
+                where, name, f"is not valid Unicode text: lone surrogate at char {at}",
+                "fix the text (a \\ud800-\\udfff escape must come in a valid pair)",
+            )  # fmt: skip
+        if pattern is not None and (m := pattern.search(text)):
             raise _bad(where, name, m.group())
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """The index of the first lone UTF-16 surrogate in ``text`` (JSON's ``"\\ud800"``), which no tokenizer can
+    encode; None when there is none."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 def check_chats(chats: Sequence[list[dict]], pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
     """:func:`check_row` on every conversation (the first bad one raises)."""
-    for i, chat in enumerate(chats if pattern is not None else ()):
+    for i, chat in enumerate(chats):
         check_row(chat, pattern, where(i))
 
 
 def check_pairs(prompts, completions, pattern: re.Pattern | None, where: Callable[[int], str]) -> None:
     """The same for plain-text prompt/completion pairs."""
-    for i, pair in enumerate(zip(prompts, completions) if pattern is not None else ()):
+    for i, pair in enumerate(zip(prompts, completions)):
         check_row(pair, pattern, where(i))
 
 

@@ -55,6 +55,11 @@ def load_chat_template(spec: str | None) -> str | None:
         raise ValueError(f"chat_template must be a string, got {type(spec).__name__}")
     if spec == "chatml":
         return chatml_template()
+    if not spec.strip():
+        raise ValueError(
+            f"chat template {spec!r} is empty; pass a template file, 'chatml', or the Jinja text itself (or leave "
+            "it out to use the tokenizer's own)"
+        )
     if "{{" in spec or "{%" in spec:
         return spec
     path = Path(spec).expanduser()
