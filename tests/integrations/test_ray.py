@@ -147,6 +147,39 @@ def test_pieces_that_keep_nothing_and_a_column_that_starts_mid_input(tmp_path):
     same_files(tmp_path / "ray", tmp_path / "local")
 
 
+@pytest.mark.parametrize("types", [0, 1], ids=["zeros", "nonzero"])
+def test_pretokenized_mm_token_type_ids_without_images(types, tmp_path):
+    """A pre-tokenized ``mm_token_type_ids`` column is a per-token column like any other: no media columns on
+    either engine (the local engine's ``samples.media is not None`` decides), and the packs load."""
+    from packwise.assemble import collate_packs
+    from packwise.data import PackedParquetDataset
+
+    rows = [{"input_ids": list(range(1, 3 + i % 5)), "mm_token_type_ids": [types] * (2 + i % 5)} for i in range(40)]
+    local = local_output(rows, tmp_path / "local", capacity=8)
+    report = pack_ray(rows, tmp_path / "ray", capacity=8)
+    assert metadata(report) == metadata(local) and report.multimodal is None
+    same_files(tmp_path / "ray", tmp_path / "local")
+    names = pq.read_schema(next((tmp_path / "ray").glob("*.parquet"))).names
+    assert names == ["input_ids", "labels", "seq_lengths", "source_index", "mm_token_type_ids"]
+    batch = collate_packs([PackedParquetDataset(tmp_path / "ray")[0]])
+    assert set(batch["mm_token_type_ids"].flatten().tolist()) == {types}
+
+
+def test_relative_input_after_chdir(tmp_path, monkeypatch):
+    """Ray's workers keep the working directory of ``ray.init``: relative input (and output) paths are resolved
+    on the driver, and the input keeps its name as given (``metadata.json`` equals the local engine's)."""
+    rows = [{"input_ids": list(range(1, 3 + i % 9))} for i in range(60)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "a.parquet")
+    monkeypatch.chdir(tmp_path)
+    for name in ("in.jsonl", "in"):
+        local = local_output(name, tmp_path / f"{name}-local", capacity=32)
+        report = pack_ray(name, f"{name}-ray", capacity=32)
+        assert report.input == name and metadata(report) == metadata(local)
+        same_files(tmp_path / f"{name}-ray", tmp_path / f"{name}-local")
+
+
 GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
 
 
@@ -298,7 +331,9 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
     assert "gs://bkt/out/: URIs" in capsys.readouterr().err
     for env, message in [
         ("{'pip': 1}", "--runtime-env: not valid JSON"),
-        ("[1]", "neither JSON text (starting with '{') nor a JSON file"),
+        ("[1, 2]", "--runtime-env: must be a JSON object (Ray's runtime_env), got list"),  # as a file holding it
+        ("42", "--runtime-env: must be a JSON object (Ray's runtime_env), got int"),
+        ("nope.json", "--runtime-env nope.json: neither JSON text (starting with '{') nor a JSON file"),
         ('{"pip": ["x"]', "--runtime-env: not valid JSON"),
     ]:
         assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "ray", "--runtime-env", env]) == 1

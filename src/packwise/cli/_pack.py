@@ -220,15 +220,18 @@ def _is_uri(path: str | None) -> bool:
 
 
 def _runtime_env(text: str | None) -> dict | None:
-    """``--runtime-env``: JSON text (starting with ``{``) or a JSON file holding one object."""
+    """``--runtime-env``: JSON text or a JSON file holding one object (text starting with ``{`` or ``[`` is JSON
+    text; other text names a file when one exists, else is read as JSON text if it parses)."""
     if text is None:
         return None
     source = "--runtime-env"
-    if not text.lstrip().startswith("{"):
-        path = Path(text)
-        if not path.is_file():
-            raise ValueError(f"--runtime-env {text}: neither JSON text (starting with '{{') nor a JSON file")
-        source, text = f"--runtime-env {path}", path.read_text()
+    if not text.lstrip().startswith(("{", "[")) and Path(text).is_file():
+        source, text = f"--runtime-env {text}", Path(text).read_text()
+    elif not text.lstrip().startswith(("{", "[")):
+        try:
+            json.loads(text)
+        except ValueError:
+            raise ValueError(f"--runtime-env {text}: neither JSON text (starting with '{{') nor a JSON file") from None
     try:
         env = json.loads(text)
     except ValueError as e:

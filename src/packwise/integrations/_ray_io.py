@@ -63,9 +63,10 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
     loc = resolve(data, filesystem)
     if loc is not None:
         return _remote_source(ray, loc, fmt, skip, cpus)
-    path = Path(data)
+    path = Path(data)  # as given: the input's name in messages and metadata.json, as the local engine's
     if not path.exists():
         raise ValueError(f"input {path} does not exist")
+    full = path.absolute()  # what workers open: their working directory need not be the driver's
     fmt = fmt or detect_format(path)
     if fmt == "jsonl":
         check_jsonl_file(path)  # a directory, or a gzip/Parquet file named .jsonl: the local reader's message
@@ -73,17 +74,17 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
         step = min(max(math.ceil(path.stat().st_size / (PIECES_PER_CPU * cpus)), PIECE_BYTES[0]), PIECE_BYTES[1])
         ranges = _jsonl_ranges(path, step)
         count = ray.remote(_count_newlines)
-        newlines = ray.get([count.remote(str(path), lo, hi) for lo, hi in ranges])
+        newlines = ray.get([count.remote(str(full), lo, hi) for lo, hi in ranges])
         first = np.cumsum([1, *newlines[:-1]]).tolist()  # 1-based number of each range's first line
-        pieces = [("jsonl", str(path), (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
-        return str(path), kind, pieces, ray.remote(input_digest).remote([path])
+        pieces = [("jsonl", str(full), (lo, hi, n)) for (lo, hi), n in zip(ranges, first)]
+        return str(path), kind, pieces, ray.remote(input_digest).remote([full])
     if fmt == "hf":
-        files = hf_dataset_files(path)
+        files = [f.absolute() for f in hf_dataset_files(path)]
         kind, pieces = _arrow_pieces(ray, [str(f) for f in files], str(path), cpus)
         return str(path), kind, pieces, ray.remote(input_digest).remote(files)
     import pyarrow.parquet as pq
 
-    files = parquet_files(path)  # complete shard sets, as the local reader checks
+    files = [f.absolute() for f in parquet_files(path)]  # complete shard sets, as the local reader checks
     try:  # the local reader's message for a file that is not Parquet or files whose columns clash
         schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="default")
         footers = [pq.ParquetFile(f).metadata for f in files]

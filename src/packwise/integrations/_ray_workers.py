@@ -26,7 +26,7 @@ from ..pipeline.steps import (
 from ..plan import PackPlan
 from ._ray_io import _read_piece
 
-MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with images (absent from pieces without)
+MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with media (absent from pieces without)
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,7 @@ class WriteJob:
     capacity: int
     algorithm: str
     columns: dict  # per-token column -> dtype, as every piece has them
+    media: bool = False  # the input has media: PieceCounts.media of the pieces, as the local engine decides it
 
 
 def _write_group(job: WriteJob, *parts):
@@ -227,14 +228,14 @@ def _write_group(job: WriteJob, *parts):
     seq_offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=seq_offsets[1:])
     media = [p.media for p, _, _ in parts]  # a piece without images has no media: fill it in
-    if MEDIA_TYPES in job.columns:
+    if job.media:  # not "has mm_token_type_ids": pre-tokenized rows may carry it without any media
         media = [[[]] * p.num_sequences if m is None else m for m, (p, _, _) in zip(media, parts)]
         for p, _, _ in parts:
             p.columns.setdefault(MEDIA_TYPES, np.zeros(p.num_tokens, np.int8))
     cols = {k: cat([p.columns[k] for p, _, _ in parts], dtype) for k, dtype in job.columns.items()}
     ids, labels = cat([p.ids for p, _, _ in parts], "int32"), cat([p.labels for p, _, _ in parts], "int32")
     samples = Samples(ids, labels, seq_offsets, cat([p.source for p, _, _ in parts], "int64"), cols)
-    if MEDIA_TYPES in job.columns:
+    if job.media:
         samples.media = [m for piece in media for m in piece]
         samples.media_root = next((p.media_root for p, _, _ in parts if p.media_root), None)
     pos = cat([q for _, q, _ in parts], "int64")

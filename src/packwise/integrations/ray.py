@@ -50,7 +50,7 @@ from ._ray_data import store_budget, tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_workers import PieceJob, WriteJob, _place, _write_group
+from ._ray_workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
@@ -298,6 +298,9 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
         pos = np.empty(n_seq, dtype=np.int64)  # position of each sequence in plan order
         pos[plan.order] = np.arange(n_seq, dtype=np.int64)
     columns = {k: v for s in stats if s.counts.sequences for k, v in s.columns.items()}  # pieces agree
+    media = any(s.counts.media for s in stats)  # PieceCounts.media: samples.media is not None, as the local engine
+    if media:  # the pieces with media may have kept no sequence: the local engine still writes the column
+        columns.setdefault(MEDIA_TYPES, np.dtype(np.int8).str)
     write = ray.remote(_write_group).options(num_returns=3)
     results, pads, lengths = [], [], []
     for w, wave in enumerate(np.array_split(np.arange(n_groups), min(waves, n_groups))):
@@ -331,7 +334,7 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
                 (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
             )  # a histogram plan: the writer computes them
             job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
-                           plan.algorithm, columns)  # fmt: skip
+                           plan.algorithm, columns, media)  # fmt: skip
             refs.append(write.remote(job, *[p[g - g0] for p in parts]))
         writers.extend(r[0] for r in refs)
         results.extend(refs)
