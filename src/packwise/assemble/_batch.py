@@ -14,68 +14,17 @@ the documents, padding excluded) and *physical* (``cu_seqlens_padded`` and its H
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import TypedDict
 
 import torch
 
-Kind = Literal["input", "token", "boundary", "scalar", "media", "metadata"]
-
-#: Every key packwise puts in a batch -> ``(kind, read by HF models)``. Kinds: ``input`` — a per-token
-#: column that also exists in the rows (``[1, T]`` thd / ``[P, S]`` padded); ``token`` — a per-token tensor
-#: packwise computes; ``boundary`` — boundaries and counts, not per token; ``scalar`` — Python values (or
-#: 0-d tensors); ``media`` — per-sample tensors concatenated in pack order; ``metadata`` — per-pack lists.
-BATCH_KEYS: dict[str, tuple[Kind, bool]] = {
-    "input_ids": ("input", True),
-    "labels": ("input", True),
-    "position_ids": ("input", True),
-    "loss_mask": ("input", False),
-    "tokens": ("input", False),
-    "seq_idx": ("token", False),
-    "padding_mask": ("token", False),
-    "shift_labels": ("token", False),
-    "cu_seqlens": ("boundary", False),
-    "cu_seqlens_padded": ("boundary", False),
-    "cu_seq_lens_q": ("boundary", True),
-    "cu_seq_lens_k": ("boundary", True),
-    "cu_pack_tokens": ("boundary", False),
-    "num_sequences": ("boundary", False),
-    "max_seqlen": ("scalar", False),
-    "max_seqlen_padded": ("scalar", False),
-    "max_length_q": ("scalar", True),
-    "max_length_k": ("scalar", True),
-    "total_tokens": ("scalar", False),
-    "layout": ("scalar", False),
-    "labels_shifted": ("scalar", False),
-    "cp_size": ("scalar", False),
-    "cp_rank": ("scalar", False),
-    "pixel_values": ("media", False),
-    "image_grid_thw": ("media", False),
-    "pixel_values_videos": ("media", False),
-    "video_grid_thw": ("media", False),
-    "second_per_grid_ts": ("media", False),
-    "input_features": ("media", False),
-    "feature_attention_mask": ("media", False),
-    "metadata": ("metadata", False),
-}
-
-
-def keys_of(*kinds: Kind) -> tuple[str, ...]:
-    """The keys of :data:`BATCH_KEYS` of the given kinds, in its order.
-
-    Example:
-        >>> keys_of("boundary")
-        ('cu_seqlens', 'cu_seqlens_padded', 'cu_seq_lens_q', 'cu_seq_lens_k', 'cu_pack_tokens', 'num_sequences')
-    """
-    return tuple(k for k, (kind, _) in BATCH_KEYS.items() if kind in kinds)
-
+from ..constants import BATCH_KEYS, PRODUCED, Kind, keys_of  # noqa: F401  (re-exported; defined torch-free)
 
 #: Per-sample tensors that are not per token (images, videos, audio clips): concatenated in sequence order, not
 #: padded. Audio: ``input_features (clips, mel, frames)`` and ``feature_attention_mask (clips, frames)``.
 MEDIA_KEYS = keys_of("media")
 #: Batch keys that are not per-token tensors (context parallelism leaves them whole).
 NON_TOKEN_KEYS = frozenset(keys_of("boundary", "scalar", "media", "metadata"))
-#: Names the assembler and collator produce: a per-token input column may not take them.
-PRODUCED = keys_of("token", "boundary", "scalar", "metadata")
 #: The keys an HF model takes (``model(**batch)``): what :class:`packwise.hf.PackedDataCollator` returns,
 #: plus ``mm_token_type_ids`` and media when the data has them.
 HF_KEYS = tuple(k for k, (_, hf) in BATCH_KEYS.items() if hf)

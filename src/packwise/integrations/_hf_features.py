@@ -9,6 +9,9 @@ import numpy as np
 import torch
 
 from ..assemble import MEDIA_KEYS
+from ..constants import PRODUCED
+
+_COLUMN_TYPES = (list, tuple, np.ndarray, torch.Tensor)  # a per-token column's value (not a scalar or a string)
 
 
 def _sequences(feature: Mapping, index: int) -> list[dict]:
@@ -23,6 +26,9 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
     if feature.get("input_ids") is None:
         raise ValueError(f"feature {index} has no 'input_ids' or it is None (keys: {sorted(feature)})")
+    clash = sorted(k for k in feature.keys() & set(PRODUCED) if isinstance(feature[k], _COLUMN_TYPES))
+    if clash:  # as assemble_pack refuses it: the batch would hold packwise's value under the user's name
+        raise ValueError(f"feature {index}: column {clash[0]!r} is a name packwise produces; rename the column")
     keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
     cols = {k: _array(v, k, index) for k, v in feature.items() if k in keep and v is not None}
     ids = cols["input_ids"].reshape(-1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..constants import IGNORE_INDEX
+from ..constants import IGNORE_INDEX, PRODUCED
 from ..files import BadRow
 
 #: TRL's tokenized loss masks, read as ``loss_mask`` (1 = the token is a target; several in one row: a target in
@@ -66,6 +66,14 @@ def _reserved(names, where: str) -> None:
             where, clash[0], "is a column packwise writes (is this already packed data?)",
             "pack the original samples, or rename/drop the column",
         )  # fmt: skip
+
+
+def _not_produced(names, where: str) -> None:
+    """A per-token column may not take a name packwise produces (``cu_seqlens``, ...): the packed batch would
+    hold packwise's value under the user's name (one definition: :data:`packwise.constants.PRODUCED`)."""
+    clash = sorted(set(names) & set(PRODUCED))
+    if clash:
+        raise BadRow(where, clash[0], "is a name packwise produces", "rename the column")
 
 
 def _check_vocab(ids: np.ndarray, vocab_size: int | None, where: str) -> None:

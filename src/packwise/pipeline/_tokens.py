@@ -32,6 +32,7 @@ from ._token_rules import (
     _check_labels,
     _check_vocab,
     _is_numeric_list,
+    _not_produced,
     _reserved,
     real_span,
 )
@@ -72,6 +73,7 @@ def tokens_from_rows(
                 raise BadRow(where, "input_ids", "is empty")
             labels = _labels(row, ids, where)
             names = sorted(k for k, v in row.items() if k not in RESERVED and _is_numeric_list(v))
+            _not_produced(names, where)
             if extra_names is None:
                 extra_names = names
             elif names != extra_names:

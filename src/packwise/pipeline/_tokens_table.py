@@ -9,7 +9,17 @@ import pyarrow.compute as pc
 
 from ..constants import IGNORE_INDEX
 from ..files import BadRow, RawInput
-from ._token_rules import ID_LIMIT, PAD_MASK, RESERVED, TRL_MASKS, _ambiguous, _check_labels, _check_vocab, real_span
+from ._token_rules import (
+    ID_LIMIT,
+    PAD_MASK,
+    RESERVED,
+    TRL_MASKS,
+    _ambiguous,
+    _check_labels,
+    _check_vocab,
+    _not_produced,
+    real_span,
+)
 from ._types import RowErrors, Samples
 
 
@@ -118,6 +128,7 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
     for name in table.column_names:
         if name in RESERVED or not _is_list_of_numbers(table.schema.field(name).type):
             continue
+        _not_produced([name], raw.name)  # the whole file's column: not one bad row
         values, col_len, col_null = _list_parts(table.column(name).combine_chunks())
         flag(
             np.flatnonzero(col_len != lengths),

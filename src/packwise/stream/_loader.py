@@ -55,8 +55,9 @@ class PackingLoader:
         self._next = (stream.state_dict()["window"], stream.state_dict()["pack"])
 
     def state_dict(self) -> dict:
-        """The next pack to deliver: ``{"epoch", "window", "pack"}``."""
-        return {"version": 1, "epoch": self.stream.epoch, "window": self._next[0], "pack": self._next[1]}
+        """The next pack to deliver: ``{"epoch", "window", "pack", "settings"}`` (the stream's settings)."""
+        pos = {"version": 1, "epoch": self.stream.epoch, "window": self._next[0], "pack": self._next[1]}
+        return {**pos, "settings": self.stream._settings()}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Continue from :meth:`state_dict` (same stream settings)."""

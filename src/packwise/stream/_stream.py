@@ -29,6 +29,7 @@ from ..assemble import MEDIA_KEYS, assemble_pack
 from ..pipeline import OVERFLOW_POLICIES, cut_points
 from ..plan import check_algorithm_options, plan_packs, resolve_algorithm
 from ._slice import _slice
+from ._state import check_settings, settings_of
 
 OVERFLOW = OVERFLOW_POLICIES
 _INPUT_IDS = itemgetter("input_ids")
@@ -145,14 +146,20 @@ class PackingStream(IterableDataset):
         self._next = (0, 0)
 
     def state_dict(self) -> dict:
-        """``{"epoch", "window", "pack"}``: where iteration continues (plain ints; JSON-safe)."""
-        return {"version": 1, "epoch": self.epoch, "window": self._next[0], "pack": self._next[1]}
+        """``{"epoch", "window", "pack", "settings"}``: where iteration continues (plain values; JSON-safe).
+        ``settings`` records what decides the packs (capacity, buffer_size, seed, ...): a load into a stream
+        with other settings is refused."""
+        pos = {"version": 1, "epoch": self.epoch, "window": self._next[0], "pack": self._next[1]}
+        return {**pos, "settings": self._settings()}
+
+    def _settings(self) -> dict:
+        return settings_of(self)
 
     def load_state_dict(self, state: Mapping) -> None:
         """Continue from a :meth:`state_dict` (same source, settings and seed).
 
         Raises:
-            ValueError: a state that is not from a PackingStream.
+            ValueError: a state that is not from a PackingStream, or one saved with other settings (named).
         """
         try:
             epoch, window, pack = int(state["epoch"]), int(state["window"]), int(state["pack"])
@@ -160,6 +167,7 @@ class PackingStream(IterableDataset):
             raise ValueError(f"not a PackingStream state: {state!r} ({e})") from e
         if min(epoch, window, pack) < 0:
             raise ValueError(f"not a PackingStream state: {state!r} (epoch, window and pack must be >= 0)")
+        check_settings(state, self._settings())
         n = self._map_size()
         if n is not None:
             self._check_position(state, window, pack, -(-n // self.buffer_size), f"{n} samples")
