@@ -69,14 +69,7 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         return np.unique(np.searchsorted(starts, tokens, side="right") - 1)
 
     def segment_error(check, values: np.ndarray):
-        def make(r):
-            try:
-                check(values[starts[r] : starts[r + 1]], raw.locate(r))
-            except BadRow as e:
-                return e
-            raise AssertionError  # pragma: no cover
-
-        return make
+        return _segment_error(check, values, starts, raw)
 
     nulls = col.is_null().to_numpy(zero_copy_only=False)
     flag(np.flatnonzero(nulls | (lengths == 0)), lambda r: BadRow(raw.locate(r), "input_ids", "is empty or null"))
@@ -177,15 +170,22 @@ def _strip_padding(mask: np.ndarray, lengths: np.ndarray, starts: np.ndarray, fl
     bad |= (count == 0) | (span != count)
     bad &= lengths > 0
 
+    flag(np.flatnonzero(bad), _segment_error(real_span, mask, starts, raw))
+    return ones
+
+
+def _segment_error(check, values: np.ndarray, starts: np.ndarray, raw: RawInput):
+    """``make(row)``: the :class:`BadRow` that the per-row ``check(segment, where)`` raises for a row the
+    vectorised test flagged (the row path's own message, so both read paths word an error alike)."""
+
     def make(r):
         try:
-            real_span(mask[starts[r] : starts[r + 1]], raw.locate(r))
+            check(values[starts[r] : starts[r + 1]], raw.locate(r))
         except BadRow as e:
             return e
         raise AssertionError  # pragma: no cover
 
-    flag(np.flatnonzero(bad), make)
-    return ones
+    return make
 
 
 def _length_error(raw: RawInput, row: int, name: str, got: int, want: int) -> BadRow:
