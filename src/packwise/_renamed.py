@@ -72,8 +72,8 @@ class _RenamedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         real = importlib.import_module(new)
         if hasattr(real, "__path__"):
             module.__path__ = []  # a package: its submodules resolve through this finder too
-        if hasattr(real, "__all__"):
-            module.__all__ = real.__all__
+        # ``from old import *`` gives what it gives from the new module: its ``__all__``, else its public names
+        module.__all__ = list(getattr(real, "__all__", [n for n in vars(real) if not n.startswith("_")]))
 
 
 if not any(isinstance(f, _RenamedFinder) for f in sys.meta_path):
