@@ -143,6 +143,19 @@ def test_state_json_may_not_leave_the_dataset_folder(hf_dir, tmp_path):
     )
 
 
+def test_state_json_listing_a_file_twice_is_refused_not_read_twice(hf_dir):
+    state = json.loads((hf_dir / "state.json").read_text())
+    state["_data_files"] = [{"filename": "data-00000-of-00001.arrow"}] * 2
+    (hf_dir / "data-00000-of-00003.arrow").rename(hf_dir / "data-00000-of-00001.arrow")
+    (hf_dir / "state.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError) as e:
+        read_input(hf_dir)
+    assert str(e.value) == (
+        f"input {hf_dir}: state.json lists 'data-00000-of-00001.arrow' more than once, so its rows would be read "
+        "twice; refused — save the dataset again with Dataset.save_to_disk"
+    )
+
+
 def test_dataset_dict_root_points_at_a_split(tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_list([{"input_ids": [1, 2]}])

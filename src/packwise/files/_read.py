@@ -241,6 +241,12 @@ def hf_dataset_files(path: Path) -> list[Path]:
         files.append(path / name)
     if not files:
         raise ValueError(f"input {path}: state.json lists no data files; save the dataset again")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # read twice, every row of it would be packed twice
+        raise ValueError(
+            f"input {path}: state.json lists {', '.join(map(repr, twice[:3]))} more than once, so its rows would be "
+            "read twice; refused — save the dataset again with Dataset.save_to_disk"
+        )
     missing = [f.name for f in files if not f.is_file()]
     if missing:
         raise ValueError(
