@@ -392,3 +392,22 @@ def test_conversation_without_an_assistant_turn_is_a_bad_row(write_jsonl, tmp_pa
     assert report.rows_skipped == 1 and table.num_rows == 1
     _, everything = pack_dataset(path, capacity=64, loss_on="all")
     assert everything.rows_skipped == 0
+
+
+def test_an_image_reached_through_a_link_is_named_as_the_row_names_it(tmp_path, capsys):
+    from PIL import Image
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    Image.new("RGB", (56, 56)).save(tmp_path / "elsewhere" / "x.png")
+    (tmp_path / "data" / "pic.png").symlink_to(tmp_path / "elsewhere" / "x.png")
+    row = {"messages": [{"role": "user", "content": [{"type": "image", "path": "pic.png"}]},
+                        {"role": "assistant", "content": "ok"}]}  # fmt: skip
+    data = tmp_path / "data" / "rows.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    assert run(capsys, "pack", data, "-o", tmp_path / "o") == (
+        1,
+        f"error: {data} line 1: field 'messages[0].content[0].path' names image {tmp_path / 'data' / 'pic.png'}, "
+        f"which resolves to {tmp_path / 'elsewhere' / 'x.png'}, outside the media root {tmp_path / 'data'}; media "
+        "files must be inside it; move the file there or pass --media-root (media_root=) a folder that contains it",
+    )

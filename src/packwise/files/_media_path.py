@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ._read import BadRow
@@ -33,14 +34,18 @@ def resolve_media_path(
     """
     if not isinstance(path, str) or not path:
         raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")
-    full = Path(path)
-    full = (full if full.is_absolute() else Path(base or Path.cwd()) / full).resolve()
+    raw = Path(path)
+    raw = raw if raw.is_absolute() else Path(base or Path.cwd()) / raw
+    full = raw.resolve()
+    given = Path(os.path.normpath(raw))  # for the message only: the file read is ``full``
+    # reached through a symbolic link: named as the row names it, then where it leads
+    named = f"{given}, which resolves to {full}," if given != full else f"{full},"
     if media_root is not None:
         root = Path(media_root).resolve()
         if full != root and root not in full.parents:
             raise BadRow(
                 where, field,
-                f"names {kind} {full}, outside the media root {root}; media files must be inside it",
+                f"names {kind} {named} outside the media root {root}; media files must be inside it",
                 "move the file there or pass --media-root (media_root=) a folder that contains it",
             )  # fmt: skip
     if full.is_dir():
