@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -25,6 +24,7 @@ from ._lines import (  # noqa: F401 (re-exported: the Ray engine, verify and the
     jsonl_lines,
     parse_line,
 )
+from ._listing import check_shard_set, hf_dataset_files, listed_data_files, parquet_files  # noqa: F401
 
 Format = Literal["jsonl", "parquet", "hf"]
 Kind = Literal["messages", "prompt_completion", "tokens"]
@@ -152,54 +152,6 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
     return RawInput(name=str(path), kind=kind, table=table, fingerprint=input_digest(files))
 
 
-_SHARD = re.compile(r"^(?P<stem>.*?)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>\w+)$")
-
-
-def _check_shard_set(path: Path, names: list[str]) -> None:
-    """Files named ``NAME-00001-of-00003.EXT`` (HF, Spark, Dask) must all be present: none missing."""
-    groups: dict[tuple[str, str, int], set[int]] = {}
-    for name in names:
-        if m := _SHARD.match(name):
-            groups.setdefault((m["stem"], m["ext"], int(m["n"])), set()).add(int(m["i"]))
-    for (stem, ext, n), have in sorted(groups.items()):
-        missing = [f"{stem}-{i:05d}-of-{n:05d}.{ext}" for i in range(n) if i not in have]
-        if missing:
-            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise ValueError(
-                f"input {path} is incomplete: {', '.join(missing[:3])}{more} missing ({len(have)} of {n} shards "
-                "present); an interrupted download or save — fetch or save the dataset again"
-            )
-
-
-def parquet_files(path: Path) -> list[Path]:
-    """The Parquet files of an input (a file, or a directory's ``*.parquet``), checked complete.
-
-    Raises:
-        ValueError: a shard of a ``-NNNNN-of-NNNNN`` set is missing, or a ``_metadata`` summary file
-            counts other rows than the files hold.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        return [path]
-    files = sorted(path.glob("*.parquet"))
-    _check_shard_set(path, [f.name for f in files])
-    summary = path / "_metadata"  # a pyarrow/Dask/Spark dataset summary: its row count must match
-    if summary.is_file() and files:
-        import pyarrow.parquet as pq
-
-        try:
-            expected = pq.read_metadata(summary).num_rows
-            actual = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        except (pa.ArrowException, OSError) as e:
-            raise ValueError(f"input {path}: cannot read the Parquet footers ({e})") from e
-        if expected != actual:
-            raise ValueError(
-                f"input {path}: _metadata counts {expected} rows but the *.parquet files hold {actual}; files are "
-                "missing or extra — fetch the dataset again"
-            )
-    return files
-
-
 def _read_parquet(f: Path) -> pa.Table:
     import pyarrow.parquet as pq
 
@@ -212,49 +164,6 @@ def _compatible(a: pa.Schema, b: pa.Schema) -> bool:
     except pa.ArrowException:
         return False
     return True
-
-
-def hf_dataset_files(path: Path) -> list[Path]:
-    """The ``.arrow`` files a ``save_to_disk`` folder's ``state.json`` lists, all present and inside it."""
-    state = path / "state.json"
-    arrows = sorted(p.name for p in path.glob("*.arrow"))
-    if not state.exists():
-        raise ValueError(
-            f"input {path} has no state.json, so it is not a complete save_to_disk folder (save_to_disk writes "
-            f"state.json last: the save was interrupted, or this is a cache folder; found {len(arrows)} .arrow "
-            "files); save the dataset again with Dataset.save_to_disk"
-        )
-    try:
-        entries = json.loads(state.read_text()).get("_data_files", [])
-        names = [f["filename"] for f in entries]
-    except (ValueError, AttributeError, TypeError, KeyError) as e:
-        raise ValueError(f"input {path}: state.json is not a saved HF dataset's ({type(e).__name__}: {e})") from e
-    root = path.resolve()
-    files = []
-    for name in names:
-        full = (path / str(name)).resolve()
-        if not isinstance(name, str) or root not in full.parents:
-            raise ValueError(
-                f"input {path}: state.json names data file {name!r}, which is outside the dataset folder; "
-                "refused — the dataset's files must be inside it"
-            )
-        files.append(path / name)
-    if not files:
-        raise ValueError(f"input {path}: state.json lists no data files; save the dataset again")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:  # read twice, every row of it would be packed twice
-        raise ValueError(
-            f"input {path}: state.json lists {', '.join(map(repr, twice[:3]))} more than once, so its rows would be "
-            "read twice; refused — save the dataset again with Dataset.save_to_disk"
-        )
-    missing = [f.name for f in files if not f.is_file()]
-    if missing:
-        raise ValueError(
-            f"input {path} is incomplete: {', '.join(missing[:3])} listed in state.json "
-            f"{'is' if len(missing) == 1 else 'are'} missing; save the dataset again"
-        )
-    _check_shard_set(path, names)
-    return files
 
 
 def _read_arrow(path: Path) -> pa.Table:
