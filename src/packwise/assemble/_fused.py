@@ -126,19 +126,19 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     if any(k in _UNSUPPORTED or k in PRODUCED for k in names):
         return None
     # -- validation, once per column over the whole batch ------------------------------------------------
+    # (Tensor.dim/numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts)
     ids = list(map(_INPUT_IDS, seqs))
-    shapes = list(map(_SHAPE, ids))  # AttributeError for lists: the two-step path converts them
-    if set(map(len, shapes)) != {1} or not isinstance(ids[0], torch.Tensor):
+    if set(map(_DIM, ids)) != {1}:
         return None  # not (L,): the two-step path names it
-    lens_list = list(map(_FIRST, shapes))
+    lens_list = list(map(_NUMEL, ids))
     if min(lens_list) < 1:
         return None  # a 0-token sequence: the two-step path names it
     dtypes = {"input_ids": set(map(_DTYPE, ids))}
     cols = {}
     for name in (["labels"] if "labels" in keys else []) + names:
         col = list(map(itemgetter(name), seqs))
-        if not isinstance(col[0], torch.Tensor) or list(map(_SHAPE, col)) != shapes:
-            return None
+        if set(map(_DIM, col)) != {1} or list(map(_NUMEL, col)) != lens_list:
+            return None  # trailing dimensions (the two-step path handles them) or lengths that differ
         cols[name] = col
         dtypes[name] = set(map(_DTYPE, col))
     if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", set()).isdisjoint(_NOT_IDS):
@@ -172,13 +172,21 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     # -- columns: each written once ------------------------------------------------------------------------
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
     ids_np = input_ids.numpy() if cpu else None
-    if (int(ids_np.min()) if cpu else int(input_ids.min())) < 0:
+    if (int(_MIN(ids_np)) if cpu else int(input_ids.min())) < 0:
         return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
     seq_start, lens = lay.seq_start, lay.lens
+    negative = False
     if "labels" in cols:
         labels = place(cols["labels"], "labels", IGNORE_INDEX if dst is None else label_pad_id, torch.int64)
-        if cpu and rows_look_shifted(labels.numpy(), ids_np, seq_start, lens, label_pad_id):
-            return None  # the two-step path refuses it, naming the sequence and the fix
+        if cpu:
+            lab_np = labels.numpy()
+            negative = (
+                int(_MIN(lab_np[:total])) < 0
+            )  # none (the common case): masking adds only the pad, so no value check
+            if rows_look_shifted(lab_np, ids_np, seq_start, lens, label_pad_id):
+                return None  # the two-step path refuses it, naming the sequence and the fix
+        else:
+            negative = True
     else:
         labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
         if lay.padded or extra:
@@ -193,7 +201,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         labels[torch.from_numpy(boundary).to(device)] = label_pad_id
         if extra:
             labels[total:] = IGNORE_INDEX
-    if "labels" in cols:
+    if negative:
         if labels_refused(lab_np if cpu else labels, label_pad_id):
             return None  # a negative label other than -100 and the pad: the two-step path names it
         if not cpu and bool(((labels != label_pad_id) & (labels != input_ids)).any()):
@@ -326,9 +334,10 @@ def _layout(sizes: list, lens_list: list, pad_to, alignment: int, multiple: int)
 
 
 _INPUT_IDS = itemgetter("input_ids")
-_SHAPE = attrgetter("shape")
-_FIRST = itemgetter(0)
+_DIM = torch.Tensor.dim
+_NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
+_MIN = np.minimum.reduce
 _ARANGE = np.arange(1 << 16, dtype=np.int64)
 
 
