@@ -16,9 +16,9 @@ always reported by the two-step path's validation, with its messages.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import chain
 from operator import attrgetter, itemgetter
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from ..constants import IGNORE_INDEX
 from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
 from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
+from ._fused_layout import padded_layout, plain_layout
 from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
@@ -109,8 +110,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     two-step path would refuse it (the caller then takes the two-step path, which decides and names it).
 
     Every check runs once per column over the whole batch, through C-level ``map``s: key sets (one list
-    comparison), shapes (one list comparison against ``input_ids``'), dtypes (one set); values in one or
-    two vectorised passes (:mod:`._fused_checks`)."""
+    comparison), dimensions and lengths (one set, one list comparison against ``input_ids``'), dtypes
+    (one set); values in one or two vectorised passes (:mod:`._fused_checks`)."""
     if not packs or not _is_int(alignment) or alignment < 1 or not _is_int(multiple) or multiple < 1:
         return None
     if pad_to is not None and not _is_int(pad_to):
@@ -145,14 +146,18 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         return None  # float or bool ids/labels: the two-step path refuses them
     device = ids[0].device
     cpu = device.type == "cpu"
-    lay = _layout(sizes, lens_list, pad_to, alignment, multiple)
-    if lay is None:
-        return None  # a pack longer than pad_to: the two-step path raises with the numbers
+    if alignment == 1 and pad_to is None:
+        lay = plain_layout(sizes, lens_list, multiple)
+    else:
+        lay = padded_layout(sizes, lens_list, pad_to, alignment, multiple)
+        if lay is None:
+            return None  # a pack longer than pad_to: the two-step path raises with the numbers
     total, width, extra, dst = lay.total, lay.width, lay.extra, lay.dst
     if dst is not None and not cpu:
         dst = dst.to(device)
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
+        """One column of the row: the sequences' chunks, concatenated once, padding included."""
         if dst is None and (dtype is None or dtypes[name] == {dtype}) and len(dtypes[name]) == 1:
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
@@ -174,16 +179,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     ids_np = input_ids.numpy() if cpu else None
     if (int(_MIN(ids_np)) if cpu else int(input_ids.min())) < 0:
         return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
-    seq_start, lens = lay.seq_start, lay.lens
+    seq_start = lay.seq_start
     negative = False
     if "labels" in cols:
         labels = place(cols["labels"], "labels", IGNORE_INDEX if dst is None else label_pad_id, torch.int64)
         if cpu:
             lab_np = labels.numpy()
-            negative = (
-                int(_MIN(lab_np[:total])) < 0
-            )  # none (the common case): masking adds only the pad, so no value check
-            if rows_look_shifted(lab_np, ids_np, seq_start, lens, label_pad_id):
+            negative = int(_MIN(lab_np[:total])) < 0  # none (the common case): masking adds only the pad
+            if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id):
                 return None  # the two-step path refuses it, naming the sequence and the fix
         else:
             negative = True
@@ -191,7 +194,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
         if lay.padded or extra:
             labels[torch.from_numpy(lay.pad_mask).to(device)] = label_pad_id
-    boundary = seq_start + (lens - 1) if shifted else seq_start
+    boundary = lay.seq_stop - 1 if shifted else seq_start
     if cpu:
         lab_np = labels.numpy()
         lab_np[boundary] = label_pad_id
@@ -211,21 +214,18 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         positions += offset
         if extra:
             positions[total:] -= offset  # collate_packs' batch padding counts from 0
-    batch = {
-        "labels": labels.unsqueeze(0),
-        "position_ids": _t(positions, device).unsqueeze(0),
-        "padding_mask": _t(lay.pad_mask, device).unsqueeze(0),
-    }
+    row = _row if cpu else partial(_row_on, device=device)
+    batch = {"labels": labels.unsqueeze(0), "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
     pad_values = pad_values or {}
     for name in names:
         column = place(cols[name], name, pad_values.get(name, 0), None)
         if name == "attention_mask" and mask_refused(column[:total] if dst is None else column[dst]):
             return None  # padded sequences: the two-step path refuses them
         batch[name] = column.unsqueeze(0)
-    cu_padded = _t(lay.seg_start.astype(np.int32), device)
+    cu_padded = _from(lay.cu_padded) if cpu else _from(lay.cu_padded).to(device)
     batch.update(
-        seq_idx=_t(lay.seq_idx, device).unsqueeze(0),
-        cu_seqlens=_t(lay.cu_real, device),
+        seq_idx=row(lay.seq_idx),
+        cu_seqlens=_from(lay.cu_real) if cpu else _from(lay.cu_real).to(device),
         cu_seqlens_padded=cu_padded,
         cu_seq_lens_q=cu_padded,
         cu_seq_lens_k=cu_padded,
@@ -233,8 +233,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         max_length_k=lay.longest,
         max_seqlen=max(lens_list),
         max_seqlen_padded=lay.longest_aligned,
-        num_sequences=torch.from_numpy(np.array(sizes, dtype=np.int32)),
-        cu_pack_tokens=torch.from_numpy(lay.pack_tokens),
+        num_sequences=_from(np.array(sizes, dtype=np.int32)),
+        cu_pack_tokens=_from(lay.pack_tokens),
         total_tokens=width,
         layout="thd",
         input_ids=input_ids.unsqueeze(0),
@@ -243,114 +243,18 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     return batch
 
 
-def _layout(sizes: list, lens_list: list, pad_to, alignment: int, multiple: int) -> SimpleNamespace | None:
-    """Segments of the whole batch from the sequence lengths: a few numpy calls over ``N``-element arrays,
-    then the ``(T,)`` positions, ``seq_idx`` and padding mask. None when a pack exceeds ``pad_to``."""
-    n, n_packs = len(lens_list), len(sizes)
-    lens = np.array(lens_list, dtype=np.int64)
-    bounds = np.zeros(n_packs + 1, dtype=np.int64)
-    np.cumsum(sizes, out=bounds[1:])
-    if alignment == 1 and pad_to is None:  # the common case: segments are the sequences (+ the batch padding)
-        seg_start = np.zeros(n + 2, dtype=np.int64)
-        np.cumsum(lens, out=seg_start[1 : n + 1])
-        total = int(seg_start[n])
-        extra = -total % multiple
-        pack_tokens = seg_start[bounds].astype(np.int32)
-        if extra:
-            seg_start[n + 1] = total + extra
-            phys, phys_list = np.append(lens, extra), [*lens_list, extra]
-            cu_real = seg_start.astype(np.int32)
-            cu_real[-1] = total
-        else:
-            seg_start = seg_start[: n + 1]
-            phys, phys_list = lens, lens_list
-            cu_real = seg_start.astype(np.int32)
-        pad_mask = np.zeros(total + extra, dtype=bool)
-        pad_mask[total:] = True
-        return SimpleNamespace(
-            total=total, width=total + extra, extra=extra, padded=False, dst=None, lens=lens,
-            seq_start=seg_start[:n], seg_start=seg_start, cu_real=cu_real, pack_tokens=pack_tokens,
-            positions=_aranges(phys_list), seq_idx=np.arange(len(phys_list), dtype=np.int32).repeat(phys),
-            pad_mask=pad_mask, longest=max(phys_list), longest_aligned=max(lens_list),
-        )  # fmt: skip
-    aligned = lens if alignment == 1 else (lens + alignment - 1) // alignment * alignment
-    pack_aligned = np.add.reduceat(aligned, bounds[:-1])
-    if pad_to is None:
-        pack_total = pack_aligned
-    else:
-        if pack_aligned.max() > pad_to:
-            return None
-        pack_total = np.full(n_packs, pad_to, dtype=np.int64)
-    tails = pack_total - pack_aligned
-    total = int(pack_total.sum())
-    extra = -total % multiple
-    padded = alignment > 1 or bool(tails.any())
-    if not padded:  # segments are the sequences (+ the batch padding)
-        real = np.append(lens, 0) if extra else lens
-        phys = np.append(lens, extra) if extra else lens
-        seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
-        phys.cumsum(out=seg_start[1:])
-        seq_start = seg_start[:n]
-    else:
-        # segments in batch order: each pack's sequences, then its tail when it has one; then the batch padding
-        has_tail = tails > 0
-        n_seg_pack = np.asarray(sizes, dtype=np.int64) + has_tail
-        seg_bounds = np.zeros(n_packs + 1, dtype=np.int64)
-        n_seg_pack.cumsum(out=seg_bounds[1:])
-        m = int(seg_bounds[-1])
-        is_seq = np.ones(m, dtype=bool)
-        is_seq[seg_bounds[1:][has_tail] - 1] = False
-        real = np.zeros(m + (1 if extra else 0), dtype=np.int64)
-        phys = np.zeros_like(real)
-        real[:m][is_seq] = lens
-        phys[:m][is_seq] = aligned
-        phys[:m][~is_seq] = tails[has_tail]
-        if extra:
-            phys[m] = extra
-        seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
-        phys.cumsum(out=seg_start[1:])
-        seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
-    phys_list = phys.tolist()
-    pos_in_seg = _aranges(phys_list)
-    if padded:
-        pad_mask = pos_in_seg >= real.repeat(phys)
-        if extra:
-            pad_mask[total:] = True
-        dst = torch.from_numpy(np.flatnonzero(~pad_mask))
-    else:
-        pad_mask = np.zeros(total + extra, dtype=bool)
-        pad_mask[total:] = True
-        dst = None
-    cu_real = np.zeros(real.shape[0] + 1, dtype=np.int32)
-    real.cumsum(out=cu_real[1:])
-    pack_tokens = np.zeros(n_packs + 1, dtype=np.int32)
-    pack_total.cumsum(out=pack_tokens[1:])
-    return SimpleNamespace(
-        total=total, width=total + extra, extra=extra, padded=padded, dst=dst, lens=lens, seq_start=seq_start,
-        seg_start=seg_start, cu_real=cu_real, pack_tokens=pack_tokens, positions=pos_in_seg,
-        seq_idx=np.arange(len(phys_list), dtype=np.int32).repeat(phys), pad_mask=pad_mask,
-        longest=max(phys_list), longest_aligned=int(aligned.max()),
-    )  # fmt: skip
-
-
 _INPUT_IDS = itemgetter("input_ids")
 _DIM = torch.Tensor.dim
 _NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
 _MIN = np.minimum.reduce
-_ARANGE = np.arange(1 << 16, dtype=np.int64)
+_from = torch.from_numpy
 
 
-def _aranges(lengths: list[int]) -> np.ndarray:
-    """``concat(arange(n) for n in lengths)``, one pass: slices of one cached arange."""
-    global _ARANGE
-    longest = max(lengths)
-    if longest > _ARANGE.shape[0]:
-        _ARANGE = np.arange(1 << longest.bit_length(), dtype=np.int64)
-    a = _ARANGE
-    return np.concatenate([a[:n] for n in lengths])
+def _row(a: np.ndarray) -> torch.Tensor:
+    """``(T,)`` array -> ``[1, T]`` CPU tensor sharing its memory."""
+    return _from(a[None])
 
 
-def _t(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    t = torch.from_numpy(a)
-    return t if device.type == "cpu" else t.to(device)
+def _row_on(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    return _from(a[None]).to(device)

@@ -13,6 +13,8 @@ import torch
 
 from ..constants import IGNORE_INDEX
 
+_ALL = np.logical_and.reduce
+
 
 def labels_refused(lab: np.ndarray | torch.Tensor, pad: int) -> bool:
     """Whether some label is a negative other than -100 and ``pad`` (``assemble._columns.validate_values``:
@@ -31,28 +33,27 @@ def labels_refused(lab: np.ndarray | torch.Tensor, pad: int) -> bool:
     return np.count_nonzero(lab < 0) != allowed
 
 
-def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np.ndarray, pad: int) -> bool:
+def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop: np.ndarray, pad: int) -> bool:
     """Whether some ``labels``-only row looks Megatron-shifted (``labels[t] == input_ids[t+1]`` at every
     target): the two-step path's per-row check (``assemble._labels._check_hf_rows``) over the whole batch.
 
     ``lab``/``ids``: the batch's ``(T,)`` int64 labels (before boundary masking) and ids; row ``i`` is
-    ``[start[i], start[i] + lens[i])``, ``lens >= 1``.
+    ``[start[i], stop[i])``, at least one token.
 
     A row is cleared as soon as one of its targets (a label that is not ``pad``, before its last token) is
-    not the next token. First the row's first, middle and second-to-last positions are tested — a few
-    gathers of ``3 N`` elements; random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and
-    prompt-masked HF labels (the reply ends the row) clear there. Only when some row is left does the
-    exact test read the whole batch (:func:`_rows_look_shifted_exact`)."""
-    last = lens - 2  # the row's last position that has a next token; -1 for a 1-token row (always cleared)
-    probe = np.concatenate((np.minimum(last, 0), last >> 1, last))
-    probe += np.tile(start, 3)  # a 1-token row probes start - 1 (>= -1): in bounds, and its answer is unused
-    got = lab[probe]
-    off = (got != pad) & (got != ids[probe + 1])
-    cleared = off.reshape(3, -1).any(axis=0)
-    cleared |= lens < 2
-    if cleared.all():
+    not the next token. First each row's first and second-to-last positions are tested — two gathers of
+    ``2 N`` elements: random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and prompt-masked
+    HF labels (the reply ends the row) clear there. Only when some row is left does the exact test read the
+    whole batch (:func:`_rows_look_shifted_exact`)."""
+    last = stop - 2  # the row's last position that has a next token (start - 1 for a 1-token row)
+    probe = np.concatenate((np.minimum(start, last), last))  # a 1-token row probes start - 1 >= -1: in bounds;
+    got = lab[probe]  # whatever it answers, the exact test below clears that row
+    off = got != pad
+    off &= got != ids[probe + 1]
+    n = start.shape[0]
+    if _ALL(off[:n] | off[n:]):
         return False
-    return _rows_look_shifted_exact(lab, ids, start, lens, pad)
+    return _rows_look_shifted_exact(lab, ids, start, stop - start, pad)
 
 
 def _rows_look_shifted_exact(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np.ndarray, pad: int) -> bool:
