@@ -121,16 +121,15 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     if not seqs or min(sizes) == 0:
         return None
     keys = dict.keys(seqs[0])  # TypeError for a non-dict: the two-step path names it
-    if "input_ids" not in keys or list(map(dict.keys, seqs)).count(keys) != len(seqs):
-        return None
+    if "input_ids" not in keys or set(map(len, seqs)) != {len(keys)}:
+        return None  # (as many keys in every sequence, and each of sequence 0's is read from all: the same keys)
     names = sorted(k for k in keys if k not in ("input_ids", "labels"))
     if any(k in _UNSUPPORTED or k in PRODUCED for k in names):
         return None
     # -- validation, once per column over the whole batch ------------------------------------------------
-    # (Tensor.dim/numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts)
+    # (Tensor.numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts; the
+    # dimensions are checked on each concatenation: a mix raises, and 2-D sequences give a 2-D column)
     ids = list(map(_INPUT_IDS, seqs))
-    if set(map(_DIM, ids)) != {1}:
-        return None  # not (L,): the two-step path names it
     lens_list = list(map(_NUMEL, ids))
     if min(lens_list) < 1:
         return None  # a 0-token sequence: the two-step path names it
@@ -138,14 +137,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     cols = {}
     for name in (["labels"] if "labels" in keys else []) + names:
         col = list(map(itemgetter(name), seqs))
-        if set(map(_DIM, col)) != {1} or list(map(_NUMEL, col)) != lens_list:
-            return None  # trailing dimensions (the two-step path handles them) or lengths that differ
+        if list(map(_NUMEL, col)) != lens_list:
+            return None  # lengths that differ (or trailing dimensions): the two-step path names them
         cols[name] = col
         dtypes[name] = set(map(_DTYPE, col))
     if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", set()).isdisjoint(_NOT_IDS):
         return None  # float or bool ids/labels: the two-step path refuses them
     device = ids[0].device
-    cpu = device.type == "cpu"
+    cpu = ids[0].is_cpu
     if alignment == 1 and pad_to is None:
         lay = plain_layout(sizes, lens_list, multiple)
     else:
@@ -176,6 +175,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 
     # -- columns: each written once ------------------------------------------------------------------------
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
+    if input_ids.dim() != 1:
+        return None  # (1, L) or (L, k) sequences: the two-step path names them
     ids_np = input_ids.numpy() if cpu else None
     if (int(_MIN(ids_np)) if cpu else int(input_ids.min())) < 0:
         return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
@@ -183,6 +184,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     negative = False
     if "labels" in cols:
         labels = place(cols["labels"], "labels", IGNORE_INDEX if dst is None else label_pad_id, torch.int64)
+        if labels.dim() != 1:
+            return None  # (the two-step path flattens such labels)
         if cpu:
             lab_np = labels.numpy()
             negative = int(_MIN(lab_np[:total])) < 0  # none (the common case): masking adds only the pad
@@ -219,6 +222,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     pad_values = pad_values or {}
     for name in names:
         column = place(cols[name], name, pad_values.get(name, 0), None)
+        if column.dim() != 1:
+            return None  # per-token (L, k) columns: the two-step path pads them
         if name == "attention_mask" and mask_refused(column[:total] if dst is None else column[dst]):
             return None  # padded sequences: the two-step path refuses them
         batch[name] = column.unsqueeze(0)
@@ -244,7 +249,6 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 
 
 _INPUT_IDS = itemgetter("input_ids")
-_DIM = torch.Tensor.dim
 _NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
 _MIN = np.minimum.reduce
