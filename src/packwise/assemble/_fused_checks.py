@@ -45,12 +45,13 @@ def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop:
     ``2 N`` elements: random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and prompt-masked
     HF labels (the reply ends the row) clear there. Only when some row is left does the exact test read the
     whole batch (:func:`_rows_look_shifted_exact`)."""
-    last = stop - 2  # the row's last position that has a next token (start - 1 for a 1-token row)
-    probe = np.concatenate((np.minimum(start, last), last))  # a 1-token row probes start - 1 >= -1: in bounds;
-    got = lab[probe]  # whatever it answers, the exact test below clears that row
-    off = got != pad
-    off &= got != ids[probe + 1]
     n = start.shape[0]
+    last = stop - 2  # the row's last position that has a next token (start - 1 for a 1-token row)
+    probe = np.concatenate((np.minimum(start, last), last))  # a 1-token row probes start - 1 >= -1: in bounds,
+    got = lab[probe]  # and it is never a candidate, whatever its probes say
+    probe += 1
+    off = got != ids[probe]
+    off &= got != pad
     if _ALL(off[:n] | off[n:]):
         return False
     return _rows_look_shifted_exact(lab, ids, start, stop - start, pad)
