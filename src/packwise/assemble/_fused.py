@@ -2,10 +2,12 @@
 
 The two-step path (:func:`~packwise.assemble.assemble_pack` per pack, then
 :func:`~packwise.assemble.collate_packs`) validates every sequence in a Python loop and copies every column
-twice. This path validates once per *column* over the whole batch (one list comparison of shapes, one
-dtype set, one vectorised length check) and writes each column straight into the batch tensor; the
-generated columns (positions, ``seq_idx``, padding mask, ``cu_seqlens``) come from a few numpy calls over
-the batch's segment lengths.
+twice. This path validates once per *column* over the whole batch (one list comparison of lengths, one
+dtype set; dimensions on the concatenation; values in one pass, :mod:`._fused_checks`) and writes each
+column straight into the batch tensor; the generated columns (positions, ``seq_idx``, padding mask,
+``cu_seqlens``) come from a dozen numpy calls over the batch's segment lengths (:mod:`._fused_layout`).
+The two-step path's refusals (float or bool ids/labels, negative ids, labels neither -100, the pad nor a
+token id, Megatron-looking ``labels``-only rows, a padded ``attention_mask``) all leave this path for it.
 
 It covers the common case — THD layout, tensors of one device, the same keys in every sequence, no
 ``loss_mask``, ``position_ids``, media or metadata. Anything else goes through the two-step path, whose
