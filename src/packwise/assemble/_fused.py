@@ -34,7 +34,9 @@ from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
                       torch.complex128})  # fmt: skip
-_UNSUPPORTED = frozenset(RESERVED) - {"input_ids", "labels"}  # loss_mask, position_ids, media: two-step path
+_ROW_KEYS = frozenset({"input_ids", "labels"})
+_UNSUPPORTED = frozenset(RESERVED) - _ROW_KEYS  # loss_mask, position_ids, media: two-step path
+_BLOCKED = _UNSUPPORTED | frozenset(PRODUCED)  # ... and the names packwise produces: the two-step path refuses them
 
 
 def assemble_batch(
@@ -125,8 +127,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     keys = dict.keys(seqs[0])  # TypeError for a non-dict: the two-step path names it
     if "input_ids" not in keys or set(map(len, seqs)) != {len(keys)}:
         return None  # (as many keys in every sequence, and each of sequence 0's is read from all: the same keys)
-    names = sorted(k for k in keys if k not in ("input_ids", "labels"))
-    if any(k in _UNSUPPORTED or k in PRODUCED for k in names):
+    names = sorted(keys - _ROW_KEYS)
+    if not _BLOCKED.isdisjoint(names):
         return None
     # -- validation, once per column over the whole batch ------------------------------------------------
     # (Tensor.numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts; the

@@ -49,10 +49,10 @@ def _aranges(lengths: list[int]) -> np.ndarray:
     return np.concatenate([a[:n] for n in lengths])
 
 
-def _seq_idx(counts: np.ndarray) -> np.ndarray:
+def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
     """``(T,)`` int32: segment ``i`` repeated ``counts[i]`` times."""
     global _SEGMENTS
-    m = counts.shape[0]
+    m = len(counts)
     if m > _SEGMENTS.shape[0]:
         _SEGMENTS = np.arange(1 << m.bit_length(), dtype=np.int32)
     return _SEGMENTS[:m].repeat(counts)
@@ -65,29 +65,26 @@ def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layou
         sizes: ``(P,)`` sequences per pack (each >= 1). lens_list: ``(N,)`` tokens per sequence (each >= 1).
         multiple: ``pad_to_multiple_of``."""
     n = len(lens_list)
-    lens = np.array(lens_list, dtype=np.int64)
-    cum = np.zeros(n + 2, dtype=np.int64)  # [0, ends..., width]: the physical segment starts
-    _CUMSUM(lens, out=cum[1 : n + 1])
-    total = int(cum[n])
+    ends = list(accumulate(lens_list, initial=0))  # N + 1 Python ints: cheaper than numpy calls at this size
+    total = ends[-1]
     extra = -total % multiple
+    width = total + extra
     if extra:
-        cum[n + 1] = width = total + extra
+        ends.append(width)  # the batch padding: one more segment, real length 0
         phys_list = [*lens_list, extra]
-        counts = np.append(lens, extra)
-        cu_padded = cum.astype(np.int32)
-        cu_real = cu_padded.copy()
-        cu_real[-1] = total  # the batch padding: one segment of real length 0
     else:
-        width, phys_list, counts = total, lens_list, lens
-        cu_padded = cum[: n + 1].astype(np.int32)
-        cu_real = cu_padded.copy()
+        phys_list = lens_list
+    cum = np.array(ends, dtype=np.int64)  # the physical segment starts, then the row's end
+    cu_padded = cum.astype(np.int32)
+    cu_real = cu_padded.copy()
     pad_mask = np.zeros(width, dtype=bool)
     if extra:
+        cu_real[-1] = total
         pad_mask[total:] = True
     longest = max(lens_list)
     return Layout(
         total, width, extra, False, None, cum[:n], cum[1 : n + 1], cu_real, cu_padded,
-        cu_padded.take(list(accumulate(sizes, initial=0))), _aranges(phys_list), _seq_idx(counts), pad_mask,
+        cu_padded.take(list(accumulate(sizes, initial=0))), _aranges(phys_list), _seq_idx(phys_list), pad_mask,
         max(longest, extra), longest,
     )  # fmt: skip
 
