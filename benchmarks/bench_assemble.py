@@ -77,6 +77,10 @@ def main() -> None:
                 fused(batch)
 
         fns["assemble_batch"] = fused_path
+    if fused is not None:  # both sides count the same tokens: the fused batches hold exactly the packs' tokens
+        covered = sum(fused(batch)["total_tokens"] for batch in batches)
+        if covered != tokens:
+            raise SystemExit(f"assemble_batch covered {covered:,} tokens, the packs hold {tokens:,}")
     t = interleaved(fns, args.repeat)
     rep.say(
         f"{len(packs)} packs, {tokens:,} tokens, {tokens / len(packs):.0f} tokens and "

@@ -225,3 +225,44 @@ def test_label_convention_check_matches_two_step(case):
         fused_module._fast_thd = orig
     assert answered[0] is not None  # accepted rows stay on the fused path
     assert_same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("extra", "error", "match"),
+    [
+        ({"labels": torch.tensor([1.0, 2.0, 3.0])}, TypeError, "labels has dtype torch.float32"),
+        ({"labels": torch.tensor([True, False, True])}, TypeError, "labels has dtype torch.bool"),
+        ({"labels": torch.tensor([1, -5, 3])}, ValueError, "labels has -5 at position 1"),
+        ({"labels": torch.tensor([1, -1, 3])}, ValueError, "labels has -1 at position 1"),
+        ({"attention_mask": torch.tensor([1, 0, 1])}, ValueError, "attention_mask has 0 at position 1"),
+    ],
+)
+def test_fused_path_refuses_what_the_two_step_path_refuses(extra, error, match, fast_calls):
+    """Values the two-step path refuses (float/bool labels, a negative label other than -100 and the pad, a
+    padded attention_mask) leave the fused path, so assemble_batch raises the two-step error."""
+    packs = [[{"input_ids": torch.tensor([1, 2, 3]), **extra}]]
+    with pytest.raises(error, match=match):
+        reference(packs)
+    with pytest.raises(error, match=match):
+        assemble_batch(packs)
+    assert fast_calls["fast"] == 0
+
+
+def test_negative_label_at_a_boundary_is_masked_on_both_paths(fast_calls):
+    """The two-step path checks labels after the boundary rule, which masks a row's first label: a -5 there
+    is accepted, and the fused path gives the same batch."""
+    packs = [[{"input_ids": torch.tensor([1, 2, 3]), "labels": torch.tensor([-5, 2, 3])}]]
+    packs[0].append({"input_ids": torch.tensor([4, 5]), "labels": torch.tensor([-100, 5])})
+    got = assemble_batch(packs, pad_to_multiple_of=4)
+    assert fast_calls["fast"] == 1
+    assert got["labels"].tolist() == [[-100, 2, 3, -100, 5, -100, -100, -100]]
+    assert_same(got, reference(packs, pad_to_multiple_of=4))
+
+
+def test_two_dimensional_sequences_leave_the_fused_path(fast_calls):
+    """Dimensions are checked on each concatenation: (1, L) ids and (L, 1) labels go to the two-step path."""
+    with pytest.raises(ValueError, match="expected \\(L,\\)"):
+        assemble_batch([[{"input_ids": torch.tensor([[1, 2]])}], [{"input_ids": torch.tensor([[3, 4]])}]])
+    packs = [[{"input_ids": torch.tensor([1, 2]), "labels": torch.tensor([[1], [2]])}]]
+    assert_same(assemble_batch(packs), reference(packs))
+    assert fast_calls["fast"] == 0

@@ -2,10 +2,12 @@
 
 The two-step path (:func:`~packwise.assemble.assemble_pack` per pack, then
 :func:`~packwise.assemble.collate_packs`) validates every sequence in a Python loop and copies every column
-twice. This path validates once per *column* over the whole batch (one list comparison of shapes, one
-dtype set, one vectorised length check) and writes each column straight into the batch tensor; the
-generated columns (positions, ``seq_idx``, padding mask, ``cu_seqlens``) come from a few numpy calls over
-the batch's segment lengths.
+twice. This path validates once per *column* over the whole batch (one list comparison of lengths, one
+dtype set; dimensions on the concatenation; values in one pass, :mod:`._fused_checks`) and writes each
+column straight into the batch tensor; the generated columns (positions, ``seq_idx``, padding mask,
+``cu_seqlens``) come from a dozen numpy calls over the batch's segment lengths (:mod:`._fused_layout`).
+The two-step path's refusals (float or bool ids/labels, negative ids, labels neither -100, the pad nor a
+token id, Megatron-looking ``labels``-only rows, a padded ``attention_mask``) all leave this path for it.
 
 It covers the common case — THD layout, tensors of one device, the same keys in every sequence, no
 ``loss_mask``, ``position_ids``, media or metadata. Anything else goes through the two-step path, whose
@@ -16,6 +18,7 @@ always reported by the two-step path's validation, with its messages.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import chain
 from operator import attrgetter, itemgetter
 
@@ -25,11 +28,15 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
+from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
+from ._fused_layout import padded_layout, plain_layout
 from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
                       torch.complex128})  # fmt: skip
-_UNSUPPORTED = frozenset(RESERVED) - {"input_ids", "labels"}  # loss_mask, position_ids, media: two-step path
+_ROW_KEYS = frozenset({"input_ids", "labels"})
+_UNSUPPORTED = frozenset(RESERVED) - _ROW_KEYS  # loss_mask, position_ids, media: two-step path
+_BLOCKED = _UNSUPPORTED | frozenset(PRODUCED)  # ... and the names packwise produces: the two-step path refuses them
 
 
 def assemble_batch(
@@ -84,16 +91,7 @@ def assemble_batch(
         except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
-        lab, ids = out["labels"], out.get("input_ids")
-        checked = out.pop("_rows_checked", False)  # CPU: the label-convention check ran vectorised in _fast_thd
-        if checked or ids is None or not bool(((lab != label_pad_id) & (lab != ids)).any()):
-            # every target is its own token (HF labels): nothing for the convention checks to refuse. Keys in
-            # collate_packs' order (input_ids after the layout keys, then the label convention)
-            batch = {k: v for k, v in out.items() if k != "input_ids"}
-            if ids is not None:
-                batch["input_ids"] = ids
-            batch["labels_shifted"] = False
-            return batch
+        return out
     opts = dict(
         pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
         pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset,
@@ -112,10 +110,12 @@ def _is_int(x) -> bool:
 
 
 def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, shifted, offset, multiple):
-    """The batch, or None when the input is outside the common case (the caller then takes the two-step path).
+    """The batch (in ``collate_packs``' key order), or None when the input is outside the common case or the
+    two-step path would refuse it (the caller then takes the two-step path, which decides and names it).
 
     Every check runs once per column over the whole batch, through C-level ``map``s: key sets (one list
-    comparison), shapes (one list comparison against ``input_ids``'), dtypes (one set)."""
+    comparison), dimensions and lengths (one set, one list comparison against ``input_ids``'), dtypes
+    (one set); values in one or two vectorised passes (:mod:`._fused_checks`)."""
     if not packs or not _is_int(alignment) or alignment < 1 or not _is_int(multiple) or multiple < 1:
         return None
     if pad_to is not None and not _is_int(pad_to):
@@ -125,93 +125,46 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     if not seqs or min(sizes) == 0:
         return None
     keys = dict.keys(seqs[0])  # TypeError for a non-dict: the two-step path names it
-    if "input_ids" not in keys or list(map(dict.keys, seqs)).count(keys) != len(seqs):
-        return None
-    names = sorted(k for k in keys if k not in ("input_ids", "labels"))
-    if any(k in _UNSUPPORTED or k in PRODUCED for k in names):
+    if "input_ids" not in keys or set(map(len, seqs)) != {len(keys)}:
+        return None  # (as many keys in every sequence, and each of sequence 0's is read from all: the same keys)
+    names = sorted(keys - _ROW_KEYS)
+    if not _BLOCKED.isdisjoint(names):
         return None
     # -- validation, once per column over the whole batch ------------------------------------------------
+    # (Tensor.numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts; the
+    # dimensions are checked on each concatenation: a mix raises, and 2-D sequences give a 2-D column)
     ids = list(map(_INPUT_IDS, seqs))
-    shapes = list(map(_SHAPE, ids))  # AttributeError for lists: the two-step path converts them
-    if set(map(len, shapes)) != {1}:
-        return None  # not (L,): the two-step path names it
-    lens = np.fromiter(map(_FIRST, shapes), dtype=np.int64, count=len(shapes))
-    if lens.min() < 1:
+    lens_list = list(map(_NUMEL, ids))
+    if min(lens_list) < 1:
         return None  # a 0-token sequence: the two-step path names it
     dtypes = {"input_ids": set(map(_DTYPE, ids))}
-    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not isinstance(ids[0], torch.Tensor):
-        return None
-    device = ids[0].device
     cols = {}
     for name in (["labels"] if "labels" in keys else []) + names:
         col = list(map(itemgetter(name), seqs))
-        if not isinstance(col[0], torch.Tensor) or list(map(_SHAPE, col)) != shapes:
-            return None
+        if list(map(_NUMEL, col)) != lens_list:
+            return None  # lengths that differ (or trailing dimensions): the two-step path names them
         cols[name] = col
         dtypes[name] = set(map(_DTYPE, col))
-    # -- layout: segments of the whole batch ---------------------------------------------------------------
-    n_packs = len(packs)
-    bounds = np.zeros(n_packs + 1, dtype=np.int64)
-    np.cumsum(sizes, out=bounds[1:])
-    aligned = lens if alignment == 1 else (lens + alignment - 1) // alignment * alignment
-    pack_aligned = np.add.reduceat(aligned, bounds[:-1])
-    if pad_to is None:
-        pack_total = pack_aligned
+    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", set()).isdisjoint(_NOT_IDS):
+        return None  # float or bool ids/labels: the two-step path refuses them
+    device = ids[0].device
+    cpu = ids[0].is_cpu
+    if alignment == 1 and pad_to is None:
+        lay = plain_layout(sizes, lens_list, multiple)
     else:
-        if pack_aligned.max() > pad_to:
-            return None  # the two-step path raises with the numbers
-        pack_total = np.full(n_packs, pad_to, dtype=np.int64)
-    tails = pack_total - pack_aligned
-    total = int(pack_total.sum())
-    extra = -total % multiple
-    padded = alignment > 1 or bool(tails.any())
-    if not padded:  # the common case: segments are the sequences (+ the batch padding)
-        real = np.append(lens, 0) if extra else lens
-        phys = np.append(lens, extra) if extra else lens
-        seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
-        phys.cumsum(out=seg_start[1:])
-        seq_start = seg_start[: lens.shape[0]]
-    else:
-        # segments in batch order: each pack's sequences, then its tail when it has one; then the batch padding
-        has_tail = tails > 0
-        n_seg_pack = np.asarray(sizes, dtype=np.int64) + has_tail
-        seg_bounds = np.zeros(n_packs + 1, dtype=np.int64)
-        n_seg_pack.cumsum(out=seg_bounds[1:])
-        m = int(seg_bounds[-1])
-        is_seq = np.ones(m, dtype=bool)
-        is_seq[seg_bounds[1:][has_tail] - 1] = False
-        real = np.zeros(m + (1 if extra else 0), dtype=np.int64)
-        phys = np.zeros_like(real)
-        real[:m][is_seq] = lens
-        phys[:m][is_seq] = aligned
-        phys[:m][~is_seq] = tails[has_tail]
-        if extra:
-            phys[m] = extra
-        seg_start = np.zeros(phys.shape[0] + 1, dtype=np.int64)
-        phys.cumsum(out=seg_start[1:])
-        seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
-    width = total + extra
-    pos_in_seg = _aranges(phys)
-    seq_idx = np.arange(phys.shape[0], dtype=np.int32).repeat(phys)
-    # -- columns: each written once ------------------------------------------------------------------------
-    if padded:
-        pad_mask = pos_in_seg >= real.repeat(phys)
-        if extra:
-            pad_mask[total:] = True
-        dst = torch.from_numpy(np.flatnonzero(~pad_mask))
-        if device.type != "cpu":
-            dst = dst.to(device)
-    else:
-        pad_mask = np.zeros(width, dtype=bool)
-        pad_mask[total:] = True
-        dst = None
+        lay = padded_layout(sizes, lens_list, pad_to, alignment, multiple)
+        if lay is None:
+            return None  # a pack longer than pad_to: the two-step path raises with the numbers
+    total, width, extra, dst = lay.total, lay.width, lay.extra, lay.dst
+    if dst is not None and not cpu:
+        dst = dst.to(device)
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
-        if dst is None and (dtype is None or dtypes[name] == {dtype}):
+        """One column of the row: the sequences' chunks, concatenated once, padding included."""
+        if dst is None and (dtype is None or dtypes[name] == {dtype}) and len(dtypes[name]) == 1:
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
-            if len(dtypes[name]) == 1:
-                return torch.cat(chunks)
+            return torch.cat(chunks)
         values = torch.cat(chunks)
         if dtype is not None and values.dtype != dtype:
             values = values.to(dtype)
@@ -224,22 +177,32 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             out[dst] = values
         return out
 
+    # -- columns: each written once ------------------------------------------------------------------------
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
-    if (int(input_ids.numpy().min()) if device.type == "cpu" else int(input_ids.min())) < 0:
+    if input_ids.dim() != 1:
+        return None  # (1, L) or (L, k) sequences: the two-step path names them
+    ids_np = input_ids.numpy() if cpu else None
+    if (int(_MIN(ids_np)) if cpu else int(input_ids.min())) < 0:
         return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
+    seq_start = lay.seq_start
+    negative = False
     if "labels" in cols:
-        labels = place(cols["labels"], "labels", label_pad_id, torch.int64)
+        labels = place(cols["labels"], "labels", IGNORE_INDEX if dst is None else label_pad_id, torch.int64)
+        if labels.dim() != 1:
+            return None  # (the two-step path flattens such labels)
+        if cpu:
+            lab_np = labels.numpy()
+            negative = int(_MIN(lab_np[:total])) < 0  # none (the common case): masking adds only the pad
+            if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id):
+                return None  # the two-step path refuses it, naming the sequence and the fix
+        else:
+            negative = True
     else:
         labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
-        if padded or extra:
-            labels[torch.from_numpy(pad_mask).to(device)] = label_pad_id
-    boundary = seq_start + (lens - 1) if shifted else seq_start
-    checked = False
-    if device.type == "cpu" and "labels" in cols:
-        if _looks_shifted(labels.numpy(), input_ids.numpy(), seq_start, lens, label_pad_id):
-            return None  # the two-step path refuses it, naming the sequence and the fix
-        checked = True
-    if device.type == "cpu":
+        if lay.padded or extra:
+            labels[torch.from_numpy(lay.pad_mask).to(device)] = label_pad_id
+    boundary = lay.seq_stop - 1 if shifted else seq_start
+    if cpu:
         lab_np = labels.numpy()
         lab_np[boundary] = label_pad_id
         if extra:
@@ -248,88 +211,58 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         labels[torch.from_numpy(boundary).to(device)] = label_pad_id
         if extra:
             labels[total:] = IGNORE_INDEX
-    positions = pos_in_seg
+    if negative:
+        if labels_refused(lab_np if cpu else labels, label_pad_id):
+            return None  # a negative label other than -100 and the pad: the two-step path names it
+        if not cpu and bool(((labels != label_pad_id) & (labels != input_ids)).any()):
+            return None  # labels that are not their own tokens: the two-step path checks their convention
+    positions = lay.positions
     if offset:
         positions += offset
         if extra:
             positions[total:] -= offset  # collate_packs' batch padding counts from 0
-    batch = {
-        "input_ids": input_ids.unsqueeze(0),
-        "labels": labels.unsqueeze(0),
-        "position_ids": _t(positions, device).unsqueeze(0),
-        "padding_mask": _t(pad_mask, device).unsqueeze(0),
-    }
+    row = _row if cpu else partial(_row_on, device=device)
+    batch = {"labels": labels.unsqueeze(0), "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
     pad_values = pad_values or {}
     for name in names:
-        batch[name] = place(cols[name], name, pad_values.get(name, 0), None).unsqueeze(0)
-    cu = np.zeros(real.shape[0] + 1, dtype=np.int32)
-    real.cumsum(out=cu[1:])
-    cu_t = _t(seg_start.astype(np.int32), device)
-    pack_tokens = np.zeros(n_packs + 1, dtype=np.int32)
-    pack_total.cumsum(out=pack_tokens[1:])
-    longest = int(phys.max())
+        column = place(cols[name], name, pad_values.get(name, 0), None)
+        if column.dim() != 1:
+            return None  # per-token (L, k) columns: the two-step path pads them
+        if name == "attention_mask" and mask_refused(column[:total] if dst is None else column[dst]):
+            return None  # padded sequences: the two-step path refuses them
+        batch[name] = column.unsqueeze(0)
+    cu_padded = _from(lay.cu_padded) if cpu else _from(lay.cu_padded).to(device)
     batch.update(
-        seq_idx=_t(seq_idx, device).unsqueeze(0),
-        cu_seqlens=_t(cu, device),
-        cu_seqlens_padded=cu_t,
-        cu_seq_lens_q=cu_t,
-        cu_seq_lens_k=cu_t,
-        max_length_q=longest,
-        max_length_k=longest,
-        max_seqlen=int(lens.max()),
-        max_seqlen_padded=int(aligned.max()),
-        num_sequences=torch.from_numpy(np.array(sizes, dtype=np.int32)),
-        cu_pack_tokens=torch.from_numpy(pack_tokens),
+        seq_idx=row(lay.seq_idx),
+        cu_seqlens=_from(lay.cu_real) if cpu else _from(lay.cu_real).to(device),
+        cu_seqlens_padded=cu_padded,
+        cu_seq_lens_q=cu_padded,
+        cu_seq_lens_k=cu_padded,
+        max_length_q=lay.longest,
+        max_length_k=lay.longest,
+        max_seqlen=max(lens_list),
+        max_seqlen_padded=lay.longest_aligned,
+        num_sequences=_from(np.array(sizes, dtype=np.int32)),
+        cu_pack_tokens=_from(lay.pack_tokens),
         total_tokens=width,
         layout="thd",
+        input_ids=input_ids.unsqueeze(0),
+        labels_shifted=False,
     )
-    if checked:
-        batch["_rows_checked"] = True
     return batch
 
 
-def _looks_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np.ndarray, pad: int) -> bool:
-    """Whether some ``labels``-only row looks Megatron-shifted: the two-step path's per-row check
-    (``assemble._pack._check_hf_rows``) over the whole batch in a few numpy calls. ``lab``/``ids`` are the
-    batch's ``(T,)`` labels (before boundary masking) and ids; row ``i`` is ``[start[i], start[i] + lens[i])``."""
-    mismatch = lab != ids
-    if not mismatch.any():
-        return False  # every label is its own token: the common case
-    target = lab != pad
-    target[start + lens - 1] = False  # a row's last label has no next token to compare with
-    off = target.copy()  # a target that is not the next token: the row is not shifted
-    off[:-1] &= lab[:-1] != ids[1:]
-    edges = np.empty(2 * start.shape[0], dtype=np.int64)  # reduceat: [start, end) and [end, next start)
-    edges[0::2] = start
-    np.add(start, lens, out=edges[1::2])
-    if edges[-1] == lab.shape[0]:
-        edges = edges[:-1]
-    any_in_row = np.logical_or.reduceat
-    candidate = (lens >= 2) & ~any_in_row(off, edges)[::2]
-    if not candidate.any():
-        return False  # every row has a label that is not the next token (e.g. labels that differ): done
-    mismatch &= lab != pad
-    shifted = candidate & any_in_row(mismatch, edges)[::2] & any_in_row(target, edges)[::2]
-    return bool(shifted.any())
-
-
 _INPUT_IDS = itemgetter("input_ids")
-_SHAPE = attrgetter("shape")
-_FIRST = itemgetter(0)
+_NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
-_ARANGE = np.arange(1 << 16, dtype=np.int64)
+_MIN = np.minimum.reduce
+_from = torch.from_numpy
 
 
-def _aranges(lengths: np.ndarray) -> np.ndarray:
-    """``concat(arange(n) for n in lengths)``, one pass: slices of one cached arange."""
-    global _ARANGE
-    longest = int(lengths.max())
-    if longest > _ARANGE.shape[0]:
-        _ARANGE = np.arange(1 << longest.bit_length(), dtype=np.int64)
-    a = _ARANGE
-    return np.concatenate([a[:n] for n in lengths.tolist()])
+def _row(a: np.ndarray) -> torch.Tensor:
+    """``(T,)`` array -> ``[1, T]`` CPU tensor sharing its memory."""
+    return _from(a[None])
 
 
-def _t(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    t = torch.from_numpy(a)
-    return t if device.type == "cpu" else t.to(device)
+def _row_on(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    return _from(a[None]).to(device)

@@ -1,0 +1,88 @@
+"""The fused path's checks of label and mask values, over the whole batch in a few numpy (or torch) calls.
+
+Each one answers *whether* the two-step path would refuse the batch; the caller then hands the batch to
+the two-step path, which raises with its message (naming the sequence, the position, the value and the
+fix). A check reads the batch's ``(T,)`` columns once or twice, and the label-convention check first
+looks at three positions per row: a sufficient statistic that clears almost every real batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..constants import IGNORE_INDEX
+
+_ALL = np.logical_and.reduce
+
+
+def labels_refused(lab: np.ndarray | torch.Tensor, pad: int) -> bool:
+    """Whether some label is a negative other than -100 and ``pad`` (``assemble._columns.validate_values``:
+    a label is -100, the label pad or a token id). ``lab``: the batch's ``(T,)`` labels after boundary
+    masking (the two-step path checks them after it too), padding included (it holds allowed values)."""
+    if isinstance(lab, torch.Tensor):  # another device: torch ops, one test
+        return bool(((lab < 0) & (lab != IGNORE_INDEX) & (lab != pad)).any())
+    low = int(lab.min()) if lab.shape[0] else 0
+    if low >= 0:
+        return False  # no negative label at all: one pass
+    if low not in (IGNORE_INDEX, pad):
+        return True
+    allowed = np.count_nonzero(lab == IGNORE_INDEX)
+    if pad < 0 and pad != IGNORE_INDEX:
+        allowed += np.count_nonzero(lab == pad)
+    return np.count_nonzero(lab < 0) != allowed
+
+
+def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop: np.ndarray, pad: int) -> bool:
+    """Whether some ``labels``-only row looks Megatron-shifted (``labels[t] == input_ids[t+1]`` at every
+    target): the two-step path's per-row check (``assemble._labels._check_hf_rows``) over the whole batch.
+
+    ``lab``/``ids``: the batch's ``(T,)`` int64 labels (before boundary masking) and ids; row ``i`` is
+    ``[start[i], stop[i])``, at least one token.
+
+    A row is cleared as soon as one of its targets (a label that is not ``pad``, before its last token) is
+    not the next token. First each row's first and second-to-last positions are tested — two gathers of
+    ``2 N`` elements: random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and prompt-masked
+    HF labels (the reply ends the row) clear there. Only when some row is left does the exact test read the
+    whole batch (:func:`_rows_look_shifted_exact`)."""
+    n = start.shape[0]
+    last = stop - 2  # the row's last position that has a next token (start - 1 for a 1-token row)
+    probe = np.concatenate((np.minimum(start, last), last))  # a 1-token row probes start - 1 >= -1: in bounds,
+    got = lab[probe]  # and it is never a candidate, whatever its probes say
+    probe += 1
+    off = got != ids[probe]
+    off &= got != pad
+    if _ALL(off[:n] | off[n:]):
+        return False
+    return _rows_look_shifted_exact(lab, ids, start, stop - start, pad)
+
+
+def _rows_look_shifted_exact(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, lens: np.ndarray, pad: int) -> bool:
+    mismatch = lab != ids
+    if not mismatch.any():
+        return False  # every label is its own token
+    target = lab != pad
+    target[start + lens - 1] = False  # a row's last label has no next token to compare with
+    off = target.copy()  # a target that is not the next token: the row is not shifted
+    off[:-1] &= lab[:-1] != ids[1:]
+    edges = np.empty(2 * start.shape[0], dtype=np.int64)  # reduceat: [start, end) and [end, next start)
+    edges[0::2] = start
+    np.add(start, lens, out=edges[1::2])
+    if edges[-1] == lab.shape[0]:
+        edges = edges[:-1]
+    any_in_row = np.logical_or.reduceat
+    candidate = (lens >= 2) & ~any_in_row(off, edges)[::2]
+    if not candidate.any():
+        return False  # every row has a label that is not the next token (e.g. labels that differ): done
+    mismatch &= lab != pad
+    shifted = candidate & any_in_row(mismatch, edges)[::2] & any_in_row(target, edges)[::2]
+    return bool(shifted.any())
+
+
+def mask_refused(values: torch.Tensor) -> bool:
+    """Whether a per-token ``attention_mask`` (its real tokens) holds anything but 1: the two-step path
+    refuses padded sequences (``validate_values``)."""
+    if values.device.type == "cpu" and values.dtype != torch.bfloat16:
+        v = values.numpy()
+        return v.shape[0] > 0 and not (v.min() == 1 and v.max() == 1)
+    return not bool((values == 1).all())
