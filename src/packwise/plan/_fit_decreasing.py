@@ -30,8 +30,10 @@ C = 4096) — 776 = L1. Times in ``benchmarks/README.md``.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from bisect import bisect_left, insort
 from typing import Literal
+
+import numpy as np
 
 from ._engine import GroupStore, HistogramBuilder, split_group
 
@@ -122,81 +124,115 @@ def _take(builder: HistogramBuilder, group: list, length: int, g: int, k: int) -
 def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
     """``place_decreasing(policy="best")`` with the group store inlined: the same events in the same order.
 
-    Open groups live in heaps (by first pack) keyed by free space; the non-empty free spaces are the bits of
-    one Python int, so "smallest free >= length" is a shift and a lowest-set-bit. Lengths above C/2 skip the
-    query: every open pack then holds a sequence longer than C/2, so none has room for another.
+    The open groups are one sorted Python list of keys ``free << sh | start`` (``sh`` bits hold any pack
+    index), so "smallest free >= length, lowest first pack on ties" is one ``bisect`` and re-filing a group
+    one ``insort`` (both in C). A group that takes sequences of ``length`` is left with less than ``length``
+    free (or is closed), so it moves left of the cursor and one bisect per length serves every group the
+    length visits. Lengths above C/2 never share a pack with each other: their packs and events (one per
+    length) are opened in one vectorised step.
     """
     capacity = builder.capacity
     counts, cursor = builder.counts, builder.cursor
-    ev_bin, ev_g, ev_k, ev_src, ev_rev = builder.ev_bin, builder.ev_g, builder.ev_k, builder.ev_src, builder.ev_rev
-    buckets: dict[int, list] = {}
-    closed: list[list] = []
-    bits = 0
     n_bins = builder.n_bins
+    sh = max(builder.n, 1).bit_length()  # pack starts are < N (no pack is opened empty)
     half = capacity // 2
-    for length in range(capacity, 0, -1):
+    present = np.flatnonzero(np.asarray(counts, dtype=np.int64))[::-1]  # lengths, descending
+    n_big = int(np.count_nonzero(present > half))
+    big = present[:n_big].tolist()
+    big_counts = [counts[length] for length in big]
+    e = len(builder.ev_k)
+    flat: list[int] = []  # events (bin, g, k, src), 4 values each
+    for length, c in zip(big, big_counts):
+        flat += (n_bins, c, 1, cursor[length])
+        cursor[length] += c
+        n_bins += c
+    groups = [[flat[4 * j], c, capacity - length, 1, (e + j,)] for j, (length, c) in enumerate(zip(big, big_counts))]
+    e += n_big
+    if max_seqs > 1:  # free spaces grow as lengths fall: the keys come out sorted
+        closed = [g for g in groups if not g[2]]
+        open_ = {g[2] << sh | g[0]: g for g in groups if g[2]}
+        keys = list(open_)
+    else:
+        closed, open_, keys = groups, {}, []
+    for length in present[n_big:].tolist():
         c = counts[length]
+        i = bisect_left(keys, length << sh)
         while c:
-            m = bits >> length if length <= half else 0
-            if m:
-                key = length + (m & -m).bit_length() - 1
-                bucket = buckets[key]
-                group = heappop(bucket)[1]
-                if not bucket:
-                    del buckets[key]
-                    bits ^= 1 << key
-                g = group[1]
-                k = min(group[2] // length, max_seqs - group[3])
-                if g * k <= c:
-                    parts = ((group, g, k),)
-                    c -= g * k
-                else:
-                    q, r = divmod(c, k)
-                    parts = []
-                    if q:
-                        parts.append((split_group(group, q), q, k))
-                    if r:
-                        parts.append((split_group(group, 1), 1, r))
-                    if group[1]:
-                        bits = _file(buckets, closed, group, max_seqs, bits)
-                    c = 0
-            else:  # no open pack fits: open q packs of k and one of the remainder
+            if i == len(keys):  # no open pack fits: open q packs of k and one of the remainder
                 k = min(capacity // length, max_seqs)
                 q, r = divmod(c, k)
-                parts = []
-                if q:
-                    parts.append(([n_bins, q, capacity, 0, ()], q, k))
-                    n_bins += q
-                if r:
-                    parts.append(([n_bins, 1, capacity, 0, ()], 1, r))
-                    n_bins += 1
-                c = 0
-            for group, g, k in parts:
-                ev_bin.append(group[0])
-                ev_g.append(g)
-                ev_k.append(k)
-                ev_src.append(cursor[length])
-                ev_rev.append(False)
+                for g, kk in ((q, k), (1, r)) if r else ((q, k),):
+                    if not g:
+                        continue
+                    flat += (n_bins, g, kk, cursor[length])
+                    cursor[length] += g * kk
+                    group = [n_bins, g, capacity - kk * length, kk, (e,)]
+                    e += 1
+                    n_bins += g
+                    if group[2] and kk < max_seqs:
+                        key = group[2] << sh | group[0]
+                        insort(keys, key)
+                        open_[key] = group
+                    else:
+                        closed.append(group)
+                break
+            key = keys[i]
+            group = open_.pop(key)
+            free = key >> sh
+            g = group[1]
+            k = free // length
+            if max_seqs - group[3] < k:
+                k = max_seqs - group[3]
+            if g * k <= c:  # the whole group takes k each and moves left (or closes)
+                flat += (group[0], g, k, cursor[length])
                 cursor[length] += g * k
-                group[2] -= k * length
+                c -= g * k
+                group[2] = free = free - k * length
                 group[3] += k
-                group[4] = (*group[4], len(ev_k) - 1)
-                bits = _file(buckets, closed, group, max_seqs, bits)
+                group[4] = (*group[4], e)
+                e += 1
+                del keys[i]
+                if free and group[3] < max_seqs:
+                    key = free << sh | group[0]
+                    insort(keys, key, 0, i)
+                    open_[key] = group
+                    i += 1
+                else:
+                    closed.append(group)
+                continue
+            # the run ends inside this group: its first q packs take k, the next one r, the rest stays
+            q, r = divmod(c, k)
+            heads = []
+            for gg, kk in ((q, k), (1, r)) if r else ((q, k),):
+                if gg:
+                    head = split_group(group, gg)
+                    flat += (head[0], gg, kk, cursor[length])
+                    cursor[length] += gg * kk
+                    head[2] -= kk * length
+                    head[3] += kk
+                    head[4] = (*head[4], e)
+                    e += 1
+                    heads.append(head)
+            if group[1]:
+                key = group[2] << sh | group[0]
+                keys[i] = key
+                open_[key] = group
+            else:
+                del keys[i]
+            for head in heads:
+                if head[2] and head[3] < max_seqs:
+                    key = head[2] << sh | head[0]
+                    insort(keys, key)
+                    open_[key] = head
+                else:
+                    closed.append(head)
+            c = 0
     builder.n_bins = n_bins
+    builder.ev_bin += flat[0::4]
+    builder.ev_g += flat[1::4]
+    builder.ev_k += flat[2::4]
+    builder.ev_src += flat[3::4]
+    builder.ev_rev += [False] * (len(flat) // 4)
     out = [(g[0], g[1], g[4]) for g in closed]
-    out.extend((g[0], g[1], g[4]) for bucket in buckets.values() for _, g in bucket)
+    out.extend((g[0], g[1], g[4]) for g in open_.values())
     return out
-
-
-def _file(buckets: dict, closed: list, group: list, max_seqs: int, bits: int) -> int:
-    """Put ``group`` back in the bucket of its free space (or close it); returns the updated key bits."""
-    free = group[2]
-    if free <= 0 or group[3] >= max_seqs:
-        closed.append(group)
-        return bits
-    bucket = buckets.get(free)
-    if bucket is None:
-        buckets[free] = [(group[0], group)]
-        return bits | (1 << free)
-    heappush(bucket, (group[0], group))
-    return bits
