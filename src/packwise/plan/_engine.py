@@ -196,7 +196,8 @@ class HistogramBuilder:
         return start
 
     def finalize(self, groups: list[tuple[int, int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray]:
-        """Turn final groups ``(start, g, events)`` into ``(order, offsets)``; empty packs are dropped.
+        """Turn final groups (``(start, g, events)`` tuples or :class:`Chains`) into ``(order, offsets)``;
+        empty packs are dropped.
 
         Consumes ``groups`` and the recorded events (both are emptied). See :func:`._finalize.build_plan`.
         """

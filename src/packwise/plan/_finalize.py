@@ -10,52 +10,98 @@ large blocks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 
 from ._sort import sort_by_length
 
+
+@dataclass
+class Chains:
+    """Final groups as event chains, in flat lists of Python ints (BFD's output: cheaper than tuples).
+
+    ``groups`` holds 4 values per group — ``start, g, last event, number of events`` — and ``events`` 5 per
+    event — ``bin, g, k, src, parent`` (as :meth:`HistogramBuilder.event` records them; never reversed).
+    Group ``i`` is packs ``start .. start+g-1`` holding, in slot order, the events ``chain(last)``, where
+    ``chain(e) = chain(parent[e]) + (e,)`` and ``parent[e] == -1`` starts a chain.
+    """
+
+    groups: list
+    events: list
+
+    def tuples(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """The groups as ``(start, g, events)`` tuples (the other placers' form)."""
+        out = []
+        parent = self.events[4::5]
+        for i in range(0, len(self.groups), 4):
+            start, g, e, _ = self.groups[i : i + 4]
+            events = []
+            while e >= 0:
+                events.append(e)
+                e = parent[e]
+            out.append((start, g, tuple(events[::-1])))
+        return out
+
+    def record(self, builder) -> None:
+        """Append the events to ``builder``'s event lists (``ev_bin``, ``ev_g``, ...)."""
+        ev = self.events
+        builder.ev_bin += ev[0::5]
+        builder.ev_g += ev[1::5]
+        builder.ev_k += ev[2::5]
+        builder.ev_src += ev[3::5]
+        builder.ev_rev += [False] * (len(ev) // 5)
+
+
 #: (group, event) blocks with at least this many sequences get their own strided numpy copy; smaller ones are
 #: gathered together (a numpy call costs about as much as the vectorised gather of a few hundred sequences).
 _BLOCK = 256
 
 
-def build_plan(groups: list, events: tuple, lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, offsets)`` from final groups ``(start, g, events)`` and the event lists
-    ``(bin, g, k, src, reverse)``; empty packs are dropped.
+def build_plan(groups, events: tuple, lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, offsets)`` from final groups — ``(start, g, events)`` tuples with the event lists
+    ``(bin, g, k, src, reverse)``, or :class:`Chains` — ; empty packs are dropped.
 
     Consumes ``groups`` and the event lists (both are emptied), so that their Python objects are freed before
     the ``(N,)`` arrays are allocated.
     """
-    ev_bin, ev_g, ev_k, ev_src, ev_rev = events
     n = int(lengths.shape[0])
-    groups.sort()
-    # one row per (group, event) block, in pack order then slot order
-    nev = [len(e) for _, _, e in groups]
-    ev = np.fromiter(chain.from_iterable(e for _, _, e in groups), dtype=np.int64, count=sum(nev))
-    gid = np.repeat(np.arange(len(groups)), nev)
-    start = np.fromiter((s for s, _, _ in groups), dtype=np.int64, count=len(groups))
-    g = np.fromiter((x for _, x, _ in groups), dtype=np.int64, count=len(groups))
-    k = np.asarray(ev_k, dtype=np.int64)[ev]
-    tk = np.bincount(gid, weights=k, minlength=len(groups)).astype(np.int64)  # slots per pack of each group
+    # one row per (group, event) block, in pack order then slot order; events as (E, 4): bin, g, k, src
+    if isinstance(groups, Chains):
+        start, g, ev, nev, table = _chain_rows(groups)
+        rev = None
+        groups.groups.clear()
+        groups.events.clear()
+    else:
+        groups.sort()
+        nev = [len(e) for _, _, e in groups]
+        ev = np.fromiter(chain.from_iterable(e for _, _, e in groups), dtype=np.int64, count=sum(nev))
+        start = np.fromiter((s for s, _, _ in groups), dtype=np.int64, count=len(groups))
+        g = np.fromiter((x for _, x, _ in groups), dtype=np.int64, count=len(groups))
+        table = np.array(events[:4], dtype=np.int64).reshape(4, -1).T
+        rev = np.asarray(events[4], dtype=bool)[ev] if any(events[4]) else None
+        groups.clear()
+    for lst in events:
+        lst.clear()
+    # the Python objects are gone before the (N,) arrays come: bounded peak memory
+    gid = np.repeat(np.arange(start.shape[0]), nev)
+    e_bin, e_g, k, src = (table[ev, c] for c in range(4))
+    tk = np.bincount(gid, weights=k, minlength=start.shape[0]).astype(np.int64)  # slots per pack of each group
     cum = np.cumsum(k) - k
-    first = np.zeros(len(groups), dtype=np.int64)  # first row of each group
-    np.cumsum(np.bincount(gid, minlength=len(groups))[:-1], out=first[1:])
+    first = np.zeros(start.shape[0], dtype=np.int64)  # first row of each group
+    np.cumsum(np.bincount(gid, minlength=start.shape[0])[:-1], out=first[1:])
     p0 = cum - cum[first[gid]]
     gsize = g * tk
     gdst = np.cumsum(gsize) - gsize
     if int(gsize.sum()) != n:  # internal invariant, not user input
         raise RuntimeError(f"packwise internal error: planned {int(gsize.sum())} of {n} sequences")
-    rev = np.asarray(ev_rev, dtype=bool)[ev]
-    e_bin, e_g = np.asarray(ev_bin, dtype=np.int64)[ev], np.asarray(ev_g, dtype=np.int64)[ev]
     sg, st = g[gid], start[gid]
-    src = np.asarray(ev_src, dtype=np.int64)[ev] + np.where(rev, e_bin + e_g - st - sg, st - e_bin) * k
+    src += (st - e_bin if rev is None else np.where(rev, e_bin + e_g - st - sg, st - e_bin)) * k
     dst, rtk = gdst[gid], tk[gid]
-    groups.clear()  # the Python objects go before the (N,) arrays come: bounded peak memory
-    for lst in events:
-        lst.clear()
-    del ev, gid, start, cum, first, e_bin, e_g, st, gsize, gdst
+    if rev is None:
+        rev = np.zeros(k.shape[0], dtype=bool)
+    del ev, gid, start, cum, first, e_bin, e_g, st, gsize, gdst, table
     sorted_idx = sort_by_length(lengths, capacity)
     order = np.empty(n, dtype=np.int64)
     big = sg * k >= _BLOCK
@@ -81,6 +127,28 @@ def build_plan(groups: list, events: tuple, lengths: np.ndarray, capacity: int) 
     offsets = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     return order, offsets
+
+
+def _chain_rows(chains: Chains) -> tuple[np.ndarray, ...]:
+    """``(start, g, events, events per group, event table)`` of :class:`Chains`: groups by first pack, each
+    group's events in slot order (the chains are walked from their last events back, one step for all groups
+    at a time), the event table ``(E, 4)``: bin, g, k, src."""
+    table = np.fromiter(chains.groups, dtype=np.int64, count=len(chains.groups)).reshape(-1, 4)
+    table = table[np.argsort(table[:, 0])]
+    events = np.fromiter(chains.events, dtype=np.int64, count=len(chains.events)).reshape(-1, 5)
+    parent = events[:, 4]
+    size = table[:, 3]
+    pos = np.cumsum(size) - 1  # the row of each group's last event
+    rows = np.empty(int(size.sum()), dtype=np.int64)
+    cur = table[:, 2].copy()
+    while cur.shape[0]:
+        rows[pos] = cur
+        cur = parent[cur]
+        pos -= 1
+        live = cur >= 0
+        if not live.all():
+            cur, pos = cur[live], pos[live]
+    return table[:, 0], table[:, 1], rows, size, events[:, :4]
 
 
 def _gather_small(order, sorted_idx, dst, g, tk, k, src, rev) -> None:

@@ -36,16 +36,17 @@ from typing import Literal
 import numpy as np
 
 from ._engine import GroupStore, HistogramBuilder, split_group
+from ._finalize import Chains
 
 Policy = Literal["first", "best", "best_lifo", "worst_lifo_one"]
 
 
-def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy) -> list:
+def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy) -> list | Chains:
     """Place every remaining sequence of ``builder.counts`` (longest first) into new or open packs.
 
     ``policy`` picks the group: ``first`` (FFD), ``best`` (BFD), ``best_lifo`` (LPFHP: best fit,
     most recent group on ties), ``worst_lifo_one`` (SPFHP: most free space, one sequence per pack per
-    step). Returns the final groups for :meth:`HistogramBuilder.finalize`.
+    step). Returns the final groups for :meth:`HistogramBuilder.finalize` (:class:`Chains` for ``best``).
     """
     if policy == "best":
         return _place_best(builder, max_seqs)
@@ -121,7 +122,7 @@ def _take(builder: HistogramBuilder, group: list, length: int, g: int, k: int) -
     group[4] = (*group[4], e)
 
 
-def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
+def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
     """``place_decreasing(policy="best")`` with the group store inlined: the same events in the same order.
 
     The open groups are one sorted Python list of keys ``free << sh | start`` (``sh`` bits hold any pack
@@ -129,33 +130,37 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
     one ``insort`` (both in C). A group that takes sequences of ``length`` is left with less than ``length``
     free (or is closed), so it moves left of the cursor and one bisect per length serves every group the
     length visits. Lengths above C/2 never share a pack with each other: their packs and events (one per
-    length) are opened in one vectorised step.
+    length) are opened in one step. A group is ``[start, g, sequences per pack, last event, events]`` (see
+    :class:`Chains`); its free space lives in its key. The events are in the returned :class:`Chains`, not in
+    ``builder``'s lists.
     """
     capacity = builder.capacity
     counts, cursor = builder.counts, builder.cursor
     n_bins = builder.n_bins
     sh = max(builder.n, 1).bit_length()  # pack starts are < N (no pack is opened empty)
-    half = capacity // 2
     present = np.flatnonzero(np.asarray(counts, dtype=np.int64))[::-1]  # lengths, descending
-    n_big = int(np.count_nonzero(present > half))
-    big = present[:n_big].tolist()
-    big_counts = [counts[length] for length in big]
-    e = len(builder.ev_k)
-    flat: list[int] = []  # events (bin, g, k, src), 4 values each
-    for length, c in zip(big, big_counts):
-        flat += (n_bins, c, 1, cursor[length])
+    n_big = int(np.count_nonzero(present > capacity // 2))
+    if builder.ev_k:
+        raise RuntimeError("packwise internal error: best-fit placement needs a builder without events")
+    e = 0
+    flat: list[int] = []  # events (bin, g, k, src, parent), 5 values each
+    done: list[int] = []  # closed groups (start, g, last event, events), 4 values each
+    open_: dict[int, list] = {}
+    for length in present[:n_big].tolist():  # free spaces grow as lengths fall: the keys come out sorted
+        c = counts[length]
+        flat += (n_bins, c, 1, cursor[length], -1)
         cursor[length] += c
+        group = [n_bins, c, 1, e, 1]
+        if length < capacity and max_seqs > 1:
+            open_[(capacity - length) << sh | n_bins] = group
+        else:
+            done += (group[0], group[1], group[3], group[4])
+        e += 1
         n_bins += c
-    groups = [[flat[4 * j], c, capacity - length, 1, (e + j,)] for j, (length, c) in enumerate(zip(big, big_counts))]
-    e += n_big
-    if max_seqs > 1:  # free spaces grow as lengths fall: the keys come out sorted
-        closed = [g for g in groups if not g[2]]
-        open_ = {g[2] << sh | g[0]: g for g in groups if g[2]}
-        keys = list(open_)
-    else:
-        closed, open_, keys = groups, {}, []
+    keys = list(open_)
     for length in present[n_big:].tolist():
         c = counts[length]
+        src = cursor[length]
         i = bisect_left(keys, length << sh)
         while c:
             if i == len(keys):  # no open pack fits: open q packs of k and one of the remainder
@@ -164,41 +169,48 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
                 for g, kk in ((q, k), (1, r)) if r else ((q, k),):
                     if not g:
                         continue
-                    flat += (n_bins, g, kk, cursor[length])
-                    cursor[length] += g * kk
-                    group = [n_bins, g, capacity - kk * length, kk, (e,)]
+                    flat += (n_bins, g, kk, src, -1)
+                    src += g * kk
+                    group = [n_bins, g, kk, e, 1]
                     e += 1
-                    n_bins += g
-                    if group[2] and kk < max_seqs:
-                        key = group[2] << sh | group[0]
+                    free = capacity - kk * length
+                    if free and kk < max_seqs:
+                        key = free << sh | n_bins
                         insort(keys, key)
                         open_[key] = group
                     else:
-                        closed.append(group)
+                        done += (group[0], group[1], group[3], group[4])
+                    n_bins += g
                 break
             key = keys[i]
             group = open_.pop(key)
             free = key >> sh
             g = group[1]
             k = free // length
-            if max_seqs - group[3] < k:
-                k = max_seqs - group[3]
+            if max_seqs - group[2] < k:
+                k = max_seqs - group[2]
             if g * k <= c:  # the whole group takes k each and moves left (or closes)
-                flat += (group[0], g, k, cursor[length])
-                cursor[length] += g * k
+                flat += (group[0], g, k, src, group[3])
+                src += g * k
                 c -= g * k
-                group[2] = free = free - k * length
-                group[3] += k
-                group[4] = (*group[4], e)
+                free -= k * length
+                group[2] += k
+                group[3] = e
+                group[4] += 1
                 e += 1
-                del keys[i]
-                if free and group[3] < max_seqs:
+                if free and group[2] < max_seqs:
                     key = free << sh | group[0]
-                    insort(keys, key, 0, i)
+                    j = bisect_left(keys, key, 0, i)
+                    if j == i:
+                        keys[i] = key
+                    else:
+                        del keys[i]
+                        keys.insert(j, key)
                     open_[key] = group
                     i += 1
                 else:
-                    closed.append(group)
+                    del keys[i]
+                    done += (group[0], group[1], group[3], group[4])
                 continue
             # the run ends inside this group: its first q packs take k, the next one r, the rest stays
             q, r = divmod(c, k)
@@ -206,33 +218,29 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> list:
             for gg, kk in ((q, k), (1, r)) if r else ((q, k),):
                 if gg:
                     head = split_group(group, gg)
-                    flat += (head[0], gg, kk, cursor[length])
-                    cursor[length] += gg * kk
-                    head[2] -= kk * length
-                    head[3] += kk
-                    head[4] = (*head[4], e)
+                    flat += (head[0], gg, kk, src, head[3])
+                    src += gg * kk
+                    head[2] += kk
+                    head[3] = e
+                    head[4] += 1
                     e += 1
-                    heads.append(head)
+                    heads.append((free - kk * length, head))
             if group[1]:
-                key = group[2] << sh | group[0]
+                key = free << sh | group[0]
                 keys[i] = key
                 open_[key] = group
             else:
                 del keys[i]
-            for head in heads:
-                if head[2] and head[3] < max_seqs:
-                    key = head[2] << sh | head[0]
+            for hfree, head in heads:
+                if hfree and head[2] < max_seqs:
+                    key = hfree << sh | head[0]
                     insort(keys, key)
                     open_[key] = head
                 else:
-                    closed.append(head)
+                    done += (head[0], head[1], head[3], head[4])
             c = 0
+        cursor[length] = src
     builder.n_bins = n_bins
-    builder.ev_bin += flat[0::4]
-    builder.ev_g += flat[1::4]
-    builder.ev_k += flat[2::4]
-    builder.ev_src += flat[3::4]
-    builder.ev_rev += [False] * (len(flat) // 4)
-    out = [(g[0], g[1], g[4]) for g in closed]
-    out.extend((g[0], g[1], g[4]) for g in open_.values())
-    return out
+    for group in open_.values():
+        done += (group[0], group[1], group[3], group[4])
+    return Chains(done, flat)
