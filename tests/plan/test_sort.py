@@ -23,7 +23,8 @@ def test_equals_stable_argsort(capacity, data, key_bits, min_block_bits):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sort_mod, "_KEY_BITS", key_bits)
         mp.setattr(sort_mod, "_MIN_BLOCK_BITS", min_block_bits)
-        got = sort_by_length(lengths, capacity)
+        got, counts = sort_by_length(lengths, capacity)
+    assert counts.tolist() == np.bincount(lengths, minlength=capacity + 1).tolist()
     assert got.tolist() == np.argsort(lengths, kind="stable").tolist()
 
 
@@ -35,6 +36,7 @@ def test_equals_stable_argsort(capacity, data, key_bits, min_block_bits):
 def test_paths_at_their_real_sizes(n, capacity, dtype):
     """1 M lengths at C = 4096 fit one 32-bit sort; one more takes the blocked merge; C > 2**16 64-bit keys."""
     lengths = np.random.default_rng(n).integers(1, capacity + 1, n)
-    got = sort_by_length(lengths, capacity)
+    got, counts = sort_by_length(lengths, capacity)
+    assert np.array_equal(counts, np.bincount(lengths, minlength=capacity + 1))
     assert got.dtype == dtype
     assert np.array_equal(got, np.argsort(lengths, kind="stable"))

@@ -22,6 +22,7 @@ import heapq
 import numpy as np
 
 from ._finalize import build_plan
+from ._sort import sort_by_length
 
 INF = 1 << 62
 
@@ -162,13 +163,13 @@ class HistogramBuilder:
     def __init__(self, lengths: np.ndarray, capacity: int) -> None:
         self.n = int(lengths.shape[0])
         self.capacity = capacity
-        counts = np.bincount(lengths, minlength=capacity + 1)
+        # the (length asc, index asc) order ``finalize`` lays out, and the histogram read off it
+        self._sorted, counts = sort_by_length(lengths, capacity)
         self.counts: list[int] = counts.tolist()
-        # Start of each length's block in the (length asc, index asc) order ``finalize`` sorts into.
+        # Start of each length's block in that order.
         below = np.zeros(counts.shape[0], dtype=np.int64)
         np.cumsum(counts[:-1], out=below[1:])
         self.cursor: list[int] = below.tolist()
-        self._lengths = lengths
         self.n_bins = 0
         self.ev_bin: list[int] = []
         self.ev_g: list[int] = []
@@ -203,7 +204,8 @@ class HistogramBuilder:
         """
         events = (self.ev_bin, self.ev_g, self.ev_k, self.ev_src, self.ev_rev)
         self.ev_bin, self.ev_g, self.ev_k, self.ev_src, self.ev_rev = [], [], [], [], []
-        return build_plan(groups, events, self._lengths, self.capacity)
+        sorted_idx, self._sorted = self._sorted, None
+        return build_plan(groups, events, sorted_idx, self.capacity)
 
 
 class GroupStore:

@@ -15,8 +15,6 @@ from itertools import chain
 
 import numpy as np
 
-from ._sort import sort_by_length
-
 
 @dataclass
 class Chains:
@@ -59,14 +57,15 @@ class Chains:
 _BLOCK = 256
 
 
-def build_plan(groups, events: tuple, lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+def build_plan(groups, events: tuple, sorted_idx: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, offsets)`` from final groups — ``(start, g, events)`` tuples with the event lists
     ``(bin, g, k, src, reverse)``, or :class:`Chains` — ; empty packs are dropped.
 
-    Consumes ``groups`` and the event lists (both are emptied), so that their Python objects are freed before
-    the ``(N,)`` arrays are allocated.
+    ``sorted_idx`` is the ``(N,)`` order by (length ascending, index ascending) the events address
+    (:func:`._sort.sort_by_length`). Consumes ``groups`` and the event lists (both are emptied), so that their
+    Python objects are freed before the ``(N,)`` order is allocated.
     """
-    n = int(lengths.shape[0])
+    n = int(sorted_idx.shape[0])
     # one row per (group, event) block, in pack order then slot order; events as (E, 4): bin, g, k, src
     if isinstance(groups, Chains):
         start, g, ev, nev, table = _chain_rows(groups)
@@ -102,7 +101,6 @@ def build_plan(groups, events: tuple, lengths: np.ndarray, capacity: int) -> tup
     if rev is None:
         rev = np.zeros(k.shape[0], dtype=bool)
     del ev, gid, start, cum, first, e_bin, e_g, st, gsize, gdst, table
-    sorted_idx = sort_by_length(lengths, capacity)
     order = np.empty(n, dtype=np.int64)
     big = sg * k >= _BLOCK
     rows, chunk = np.flatnonzero(big), None

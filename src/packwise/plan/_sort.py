@@ -23,34 +23,33 @@ _MIN_BLOCK_BITS = 16
 _KEY_BITS = 32
 
 
-def sort_by_length(lengths: np.ndarray, capacity: int) -> np.ndarray:
-    """Indices of ``lengths`` by (length ascending, index ascending): ``np.argsort(lengths, kind="stable")``.
+def sort_by_length(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of ``lengths`` by (length ascending, index ascending) — ``np.argsort(lengths, kind="stable")`` —
+    and the sequences per length (``np.bincount(lengths, minlength=capacity + 1)``), read off the sorted keys.
 
     Args:
-        lengths: ``(N,)`` integers in ``[1, capacity]``.
+        lengths: ``(N,)`` integers in ``[1, capacity]`` (checked by the caller).
         capacity: C, the largest possible length.
 
     Returns:
-        ``(N,)`` uint32 indices (int64 when N > 2**32 or C > 2**16 and the keys do not fit 32 bits).
+        ``(order, counts)``: ``(N,)`` uint32 indices (int64 when N > 2**32, or when C > 2**16 and the keys do
+        not fit 32 bits) and ``(C+1,)`` int64 counts.
 
     Example:
-        >>> sort_by_length(np.array([3, 1, 3, 2]), 4).tolist()
-        [1, 3, 0, 2]
+        >>> order, counts = sort_by_length(np.array([3, 1, 3, 2]), 4)
+        >>> order.tolist(), counts.tolist()
+        ([1, 3, 0, 2], [0, 1, 1, 2, 0])
     """
     n = int(lengths.shape[0])
     lb = max(capacity - 1, 0).bit_length()
     ib = max(n - 1, 0).bit_length()
     if lb + ib <= _KEY_BITS:
-        keys = _sorted_keys(lengths, 0, n, ib, np.uint32)
-        keys &= np.uint32((1 << ib) - 1)
-        return keys
+        return _one_sort(lengths, capacity, ib, np.uint32)
     if _KEY_BITS - lb >= _MIN_BLOCK_BITS and n <= 1 << 32:
         return _blocked(lengths, capacity, _KEY_BITS - lb)
     if lb + ib <= 63:
-        keys = _sorted_keys(lengths, 0, n, ib, np.int64)
-        keys &= (1 << ib) - 1
-        return keys
-    return np.argsort(lengths, kind="stable")
+        return _one_sort(lengths, capacity, ib, np.int64)
+    return np.argsort(lengths, kind="stable"), np.bincount(lengths, minlength=capacity + 1)
 
 
 def _sorted_keys(lengths: np.ndarray, a: int, b: int, ib: int, dtype) -> np.ndarray:
@@ -63,20 +62,34 @@ def _sorted_keys(lengths: np.ndarray, a: int, b: int, ib: int, dtype) -> np.ndar
     return keys
 
 
-def _blocked(lengths: np.ndarray, capacity: int, ib: int) -> np.ndarray:
+def _first_of_each_length(keys: np.ndarray, capacity: int, ib: int) -> np.ndarray:
+    """``(C+1,)`` int64: where each length 1 .. C starts in the sorted ``keys``, then their number."""
+    bounds = np.arange(capacity, dtype=keys.dtype) << keys.dtype.type(ib)
+    return np.append(np.searchsorted(keys, bounds), keys.shape[0]).astype(np.int64)
+
+
+def _one_sort(lengths: np.ndarray, capacity: int, ib: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    keys = _sorted_keys(lengths, 0, lengths.shape[0], ib, dtype)
+    counts = np.zeros(capacity + 1, dtype=np.int64)
+    counts[1:] = np.diff(_first_of_each_length(keys, capacity, ib))
+    keys &= dtype((1 << ib) - 1)
+    return keys, counts
+
+
+def _blocked(lengths: np.ndarray, capacity: int, ib: int) -> tuple[np.ndarray, np.ndarray]:
     """Blocks of ``2**ib`` sequences sorted with 32-bit keys, then merged by one scatter per block."""
     n = int(lengths.shape[0])
     block = 1 << ib
     keys = np.empty(n, dtype=np.uint32)
-    bounds = np.arange(capacity, dtype=np.uint32) << np.uint32(ib)  # first key of each length 1 .. C
     firsts = []  # per block: (C+1,) its first position per length, then its size
     for a in range(0, n, block):
         part = keys[a : a + block]
         part[...] = _sorted_keys(lengths, a, a + part.shape[0], ib, np.uint32)
-        firsts.append(np.append(np.searchsorted(part, bounds), part.shape[0]))
+        firsts.append(_first_of_each_length(part, capacity, ib))
     local = [np.diff(f) for f in firsts]
-    start = np.zeros(capacity, dtype=np.int64)  # per length: where its next sequence goes in the merged order
-    np.cumsum(sum(local)[:-1], out=start[1:])
+    counts = np.zeros(capacity + 1, dtype=np.int64)
+    counts[1:] = sum(local)
+    start = np.cumsum(counts)[:-1]  # per length 1 .. C: where its next sequence goes in the merged order
     out = np.empty(n, dtype=np.uint32)
     for a, first, count in zip(range(0, n, block), firsts, local):
         part = keys[a : a + block]
@@ -86,4 +99,4 @@ def _blocked(lengths: np.ndarray, capacity: int, ib: int) -> np.ndarray:
         part += np.uint32(a)
         out[dest] = part
         start += count
-    return out
+    return out, counts
