@@ -20,9 +20,9 @@ import numpy as np
 class Chains:
     """Final groups as event chains, in flat lists of Python ints (BFD's output: cheaper than tuples).
 
-    ``groups`` holds 4 values per group — ``start, g, last event, number of events`` — and ``events`` 5 per
-    event — ``bin, g, k, src, parent`` (as :meth:`HistogramBuilder.event` records them; never reversed).
-    Group ``i`` is packs ``start .. start+g-1`` holding, in slot order, the events ``chain(last)``, where
+    ``groups`` holds 4 values per group — ``start, g, sequences per pack, last event`` — and ``events`` 4 per
+    event — ``bin, k, src, parent`` (as :meth:`HistogramBuilder.event` records them; never reversed). Group
+    ``i`` is packs ``start .. start+g-1`` holding, in slot order, the events ``chain(last)``, where
     ``chain(e) = chain(parent[e]) + (e,)`` and ``parent[e] == -1`` starts a chain.
     """
 
@@ -32,9 +32,9 @@ class Chains:
     def tuples(self) -> list[tuple[int, int, tuple[int, ...]]]:
         """The groups as ``(start, g, events)`` tuples (the other placers' form)."""
         out = []
-        parent = self.events[4::5]
+        parent = self.events[3::4]
         for i in range(0, len(self.groups), 4):
-            start, g, e, _ = self.groups[i : i + 4]
+            start, g, _, e = self.groups[i : i + 4]
             events = []
             while e >= 0:
                 events.append(e)
@@ -44,12 +44,13 @@ class Chains:
 
     def record(self, builder) -> None:
         """Append the events to ``builder``'s event lists (``ev_bin``, ``ev_g``, ...)."""
-        ev = self.events
-        builder.ev_bin += ev[0::5]
-        builder.ev_g += ev[1::5]
-        builder.ev_k += ev[2::5]
-        builder.ev_src += ev[3::5]
-        builder.ev_rev += [False] * (len(ev) // 5)
+        _, g, ev, nev, _ = _chain_rows(self)
+        packs = np.bincount(ev, weights=np.repeat(g, nev), minlength=len(self.events) // 4)
+        builder.ev_bin += self.events[0::4]
+        builder.ev_g += packs.astype(np.int64).tolist()
+        builder.ev_k += self.events[1::4]
+        builder.ev_src += self.events[2::4]
+        builder.ev_rev += [False] * (len(self.events) // 4)
 
 
 #: (group, event) blocks with at least this many sequences get their own strided numpy copy; smaller ones are
@@ -129,16 +130,25 @@ def build_plan(groups, events: tuple, sorted_idx: np.ndarray, capacity: int) -> 
 
 def _chain_rows(chains: Chains) -> tuple[np.ndarray, ...]:
     """``(start, g, events, events per group, event table)`` of :class:`Chains`: groups by first pack, each
-    group's events in slot order (the chains are walked from their last events back, one step for all groups
-    at a time), the event table ``(E, 4)``: bin, g, k, src."""
+    group's events in slot order, the event table ``(E, 4)``: bin, g (0: unused), k, src. The chains are walked
+    from their last events back, one step for all groups at a time."""
     table = np.fromiter(chains.groups, dtype=np.int64, count=len(chains.groups)).reshape(-1, 4)
     table = table[np.argsort(table[:, 0])]
-    events = np.fromiter(chains.events, dtype=np.int64, count=len(chains.events)).reshape(-1, 5)
-    parent = events[:, 4]
-    size = table[:, 3]
+    events = np.fromiter(chains.events, dtype=np.int64, count=len(chains.events)).reshape(-1, 4)
+    parent = events[:, 3]
+    depth = np.ones(parent.shape[0], dtype=np.int64)  # events on the chain up to each event
+    up = np.flatnonzero(parent >= 0)
+    anc = parent[up]
+    while up.shape[0]:
+        depth[up] += 1
+        anc = parent[anc]
+        live = anc >= 0
+        up, anc = up[live], anc[live]
+    last = table[:, 3]
+    size = np.where(last >= 0, depth[last], 0)
     pos = np.cumsum(size) - 1  # the row of each group's last event
     rows = np.empty(int(size.sum()), dtype=np.int64)
-    cur = table[:, 2].copy()
+    cur, pos = last[size > 0], pos[size > 0]
     while cur.shape[0]:
         rows[pos] = cur
         cur = parent[cur]
@@ -146,7 +156,9 @@ def _chain_rows(chains: Chains) -> tuple[np.ndarray, ...]:
         live = cur >= 0
         if not live.all():
             cur, pos = cur[live], pos[live]
-    return table[:, 0], table[:, 1], rows, size, events[:, :4]
+    tab = np.zeros((events.shape[0], 4), dtype=np.int64)
+    tab[:, 0], tab[:, 2], tab[:, 3] = events[:, 0], events[:, 1], events[:, 2]
+    return table[:, 0], table[:, 1], rows, size, tab
 
 
 def _gather_small(order, sorted_idx, dst, g, tk, k, src, rev) -> None:

@@ -30,7 +30,8 @@ C = 4096) — 776 = L1. Times in ``benchmarks/README.md``.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
+from itertools import chain
 from typing import Literal
 
 import numpy as np
@@ -126,121 +127,118 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
     """``place_decreasing(policy="best")`` with the group store inlined: the same events in the same order.
 
     The open groups are one sorted Python list of keys ``free << sh | start`` (``sh`` bits hold any pack
-    index), so "smallest free >= length, lowest first pack on ties" is one ``bisect`` and re-filing a group
-    one ``insort`` (both in C). A group that takes sequences of ``length`` is left with less than ``length``
-    free (or is closed), so it moves left of the cursor and one bisect per length serves every group the
-    length visits. Lengths above C/2 never share a pack with each other: their packs and events (one per
-    length) are opened in one step. A group is ``[start, g, sequences per pack, last event, events]`` (see
-    :class:`Chains`); its free space lives in its key. The events are in the returned :class:`Chains`, not in
-    ``builder``'s lists.
+    index) ending in a sentinel, so "smallest free >= length, lowest first pack on ties" is one ``bisect`` and
+    re-filing a group one slice insertion (both in C; a memmove). A group that takes sequences of ``length`` is left with less
+    than ``length`` free (or is closed), so it moves left of the cursor and one bisect per length serves every
+    group the length visits. Lengths above C/2 never share a pack with each other: their packs and events (one
+    per length) are opened in one pass. A group is ``[start, g, sequences per pack, last event]`` (see
+    :class:`Chains`), found by its start; its free space lives in its key. The events are in the returned
+    :class:`Chains`, not in ``builder``'s lists.
     """
+    if builder.ev_k:
+        raise RuntimeError("packwise internal error: best-fit placement needs a builder without events")
     capacity = builder.capacity
     counts, cursor = builder.counts, builder.cursor
     n_bins = builder.n_bins
     sh = max(builder.n, 1).bit_length()  # pack starts are < N (no pack is opened empty)
+    mask = (1 << sh) - 1
     present = np.flatnonzero(np.asarray(counts, dtype=np.int64))[::-1]  # lengths, descending
     n_big = int(np.count_nonzero(present > capacity // 2))
-    if builder.ev_k:
-        raise RuntimeError("packwise internal error: best-fit placement needs a builder without events")
     e = 0
-    flat: list[int] = []  # events (bin, g, k, src, parent), 5 values each
-    done: list[int] = []  # closed groups (start, g, last event, events), 4 values each
-    open_: dict[int, list] = {}
+    flat: list[int] = []  # events (bin, k, src, parent), 4 values each
+    by_start: dict[int, list] = {}  # every group, open or closed
+    keys: list[int] = []
     for length in present[:n_big].tolist():  # free spaces grow as lengths fall: the keys come out sorted
         c = counts[length]
-        flat += (n_bins, c, 1, cursor[length], -1)
+        flat += (n_bins, 1, cursor[length], -1)
         cursor[length] += c
-        group = [n_bins, c, 1, e, 1]
+        by_start[n_bins] = [n_bins, c, 1, e]
         if length < capacity and max_seqs > 1:
-            open_[(capacity - length) << sh | n_bins] = group
-        else:
-            done += (group[0], group[1], group[3], group[4])
+            keys.append((capacity - length) << sh | n_bins)
         e += 1
         n_bins += c
-    keys = list(open_)
+    end = (capacity + 1) << sh
+    keys.append(end)  # above every key: reached when no open pack fits
     for length in present[n_big:].tolist():
         c = counts[length]
         src = cursor[length]
-        i = bisect_left(keys, length << sh)
+        step = length << sh  # one sequence of this length, in key units
+        i = bisect_left(keys, step)
         while c:
-            if i == len(keys):  # no open pack fits: open q packs of k and one of the remainder
+            key = keys[i]
+            if key == end:  # no open pack fits: open q packs of k and one of the remainder
                 k = min(capacity // length, max_seqs)
                 q, r = divmod(c, k)
                 for g, kk in ((q, k), (1, r)) if r else ((q, k),):
-                    if not g:
-                        continue
-                    flat += (n_bins, g, kk, src, -1)
-                    src += g * kk
-                    group = [n_bins, g, kk, e, 1]
-                    e += 1
-                    free = capacity - kk * length
-                    if free and kk < max_seqs:
-                        key = free << sh | n_bins
-                        insort(keys, key)
-                        open_[key] = group
-                    else:
-                        done += (group[0], group[1], group[3], group[4])
-                    n_bins += g
+                    if g:
+                        flat += (n_bins, kk, src, -1)
+                        src += g * kk
+                        by_start[n_bins] = [n_bins, g, kk, e]
+                        e += 1
+                        if kk < max_seqs and kk * length < capacity:
+                            key = (capacity - kk * length) << sh | n_bins
+                            j = bisect_left(keys, key)
+                            keys[j:j] = (key,)
+                        n_bins += g
                 break
-            key = keys[i]
-            group = open_.pop(key)
-            free = key >> sh
+            start = key & mask
+            group = by_start[start]
             g = group[1]
-            k = free // length
+            k = (key >> sh) // length
             if max_seqs - group[2] < k:
                 k = max_seqs - group[2]
-            if g * k <= c:  # the whole group takes k each and moves left (or closes)
-                flat += (group[0], g, k, src, group[3])
-                src += g * k
-                c -= g * k
-                free -= k * length
-                group[2] += k
-                group[3] = e
-                group[4] += 1
-                e += 1
-                if free and group[2] < max_seqs:
-                    key = free << sh | group[0]
-                    j = bisect_left(keys, key, 0, i)
-                    if j == i:
-                        keys[i] = key
-                    else:
-                        del keys[i]
-                        keys.insert(j, key)
-                    open_[key] = group
-                    i += 1
+            take = g * k
+            if take > c:  # the run ends inside this group: its first q packs take k, the next one r
+                e = _split_best(group, keys, i, c, k, step, flat, by_start, src, e, max_seqs, sh)
+                src += c
+                break
+            flat += (start, k, src, group[3])
+            src += take
+            c -= take
+            group[2] += k
+            group[3] = e
+            e += 1
+            key -= k * step
+            if key >> sh and group[2] < max_seqs:  # still room: re-file it left of the cursor
+                j = bisect_left(keys, key, 0, i)
+                if j == i:
+                    keys[i] = key
                 else:
                     del keys[i]
-                    done += (group[0], group[1], group[3], group[4])
-                continue
-            # the run ends inside this group: its first q packs take k, the next one r, the rest stays
-            q, r = divmod(c, k)
-            heads = []
-            for gg, kk in ((q, k), (1, r)) if r else ((q, k),):
-                if gg:
-                    head = split_group(group, gg)
-                    flat += (head[0], gg, kk, src, head[3])
-                    src += gg * kk
-                    head[2] += kk
-                    head[3] = e
-                    head[4] += 1
-                    e += 1
-                    heads.append((free - kk * length, head))
-            if group[1]:
-                key = free << sh | group[0]
-                keys[i] = key
-                open_[key] = group
+                    keys[j:j] = (key,)  # a memmove (list.insert shifts one by one)
+                i += 1
             else:
                 del keys[i]
-            for hfree, head in heads:
-                if hfree and head[2] < max_seqs:
-                    key = hfree << sh | head[0]
-                    insort(keys, key)
-                    open_[key] = head
-                else:
-                    done += (head[0], head[1], head[3], head[4])
-            c = 0
         cursor[length] = src
     builder.n_bins = n_bins
-    for group in open_.values():
-        done += (group[0], group[1], group[3], group[4])
-    return Chains(done, flat)
+    return Chains(list(chain.from_iterable(by_start.values())), flat)
+
+
+def _split_best(group, keys, i, c, k, step, flat, by_start, src, e, max_seqs, sh) -> int:
+    """The last ``c`` sequences of a length go to the first packs of ``group`` (key ``keys[i]``): its first
+    ``q`` packs take ``k`` each, the next one the remaining ``r``; the rest of the group keeps its free space.
+    Returns the next event id."""
+    q, r = divmod(c, k)
+    key, start, nseq, last = keys[i], group[0], group[2], group[3]
+    heads = []
+    for gg, kk in ((q, k), (1, r)) if r else ((q, k),):
+        if gg:
+            flat += (start, kk, src, last)
+            src += gg * kk
+            by_start[start] = [start, gg, nseq + kk, e]
+            e += 1
+            hkey = key - kk * step - group[0] + start
+            if hkey >> sh and nseq + kk < max_seqs:
+                heads.append(hkey)
+            start += gg
+    group[1] -= start - group[0]
+    if group[1]:  # same free space, later start: the same place in ``keys``
+        keys[i] = key - group[0] + start
+        group[0] = start
+        by_start[start] = group
+    else:
+        del keys[i]
+    for hkey in heads:
+        j = bisect_left(keys, hkey)
+        keys[j:j] = (hkey,)
+    return e
