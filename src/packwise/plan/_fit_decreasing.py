@@ -128,12 +128,12 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
 
     The open groups are one sorted Python list of keys ``free << sh | start`` (``sh`` bits hold any pack
     index) ending in a sentinel, so "smallest free >= length, lowest first pack on ties" is one ``bisect`` and
-    re-filing a group one slice insertion (both in C; a memmove). A group that takes sequences of ``length`` is left with less
-    than ``length`` free (or is closed), so it moves left of the cursor and one bisect per length serves every
-    group the length visits. Lengths above C/2 never share a pack with each other: their packs and events (one
-    per length) are opened in one pass. A group is ``[start, g, sequences per pack, last event]`` (see
-    :class:`Chains`), found by its start; its free space lives in its key. The events are in the returned
-    :class:`Chains`, not in ``builder``'s lists.
+    re-filing a group one slice insertion (a memmove; ``list.insert`` shifts one by one). A group that takes
+    sequences of ``length`` is left with less than ``length`` free (or is closed), so it moves left of the
+    cursor and one bisect per length serves every group the length visits. Lengths above C/2 never share a
+    pack with each other: their packs and events (one per length) are opened in one pass. A group is
+    ``[start, g, sequences per pack, last event]`` (see :class:`Chains`), found by its start; its free space
+    lives in its key. The events are in the returned :class:`Chains`, not in ``builder``'s lists.
     """
     if builder.ev_k:
         raise RuntimeError("packwise internal error: best-fit placement needs a builder without events")
@@ -142,16 +142,16 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
     n_bins = builder.n_bins
     sh = max(builder.n, 1).bit_length()  # pack starts are < N (no pack is opened empty)
     mask = (1 << sh) - 1
-    present = np.flatnonzero(np.asarray(counts, dtype=np.int64))[::-1]  # lengths, descending
+    cnt = np.asarray(counts, dtype=np.int64)
+    present = np.flatnonzero(cnt)[::-1]  # lengths, descending
     n_big = int(np.count_nonzero(present > capacity // 2))
+    runs = zip(present.tolist(), cnt[present].tolist(), np.asarray(cursor, dtype=np.int64)[present].tolist())
     e = 0
     flat: list[int] = []  # events (bin, k, src, parent), 4 values each
     by_start: dict[int, list] = {}  # every group, open or closed
     keys: list[int] = []
-    for length in present[:n_big].tolist():  # free spaces grow as lengths fall: the keys come out sorted
-        c = counts[length]
-        flat += (n_bins, 1, cursor[length], -1)
-        cursor[length] += c
+    for _, (length, c, src) in zip(range(n_big), runs):  # free spaces grow as lengths fall: keys come sorted
+        flat += (n_bins, 1, src, -1)
         by_start[n_bins] = [n_bins, c, 1, e]
         if length < capacity and max_seqs > 1:
             keys.append((capacity - length) << sh | n_bins)
@@ -159,9 +159,7 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
         n_bins += c
     end = (capacity + 1) << sh
     keys.append(end)  # above every key: reached when no open pack fits
-    for length in present[n_big:].tolist():
-        c = counts[length]
-        src = cursor[length]
+    for length, c, src in runs:  # the rest, each visiting the best-fitting groups in turn
         step = length << sh  # one sequence of this length, in key units
         i = bisect_left(keys, step)
         while c:
@@ -169,17 +167,24 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
             if key == end:  # no open pack fits: open q packs of k and one of the remainder
                 k = min(capacity // length, max_seqs)
                 q, r = divmod(c, k)
-                for g, kk in ((q, k), (1, r)) if r else ((q, k),):
-                    if g:
-                        flat += (n_bins, kk, src, -1)
-                        src += g * kk
-                        by_start[n_bins] = [n_bins, g, kk, e]
-                        e += 1
-                        if kk < max_seqs and kk * length < capacity:
-                            key = (capacity - kk * length) << sh | n_bins
-                            j = bisect_left(keys, key)
-                            keys[j:j] = (key,)
-                        n_bins += g
+                if q:
+                    flat += (n_bins, k, src, -1)
+                    by_start[n_bins] = [n_bins, q, k, e]
+                    e += 1
+                    if k < max_seqs and k * length < capacity:
+                        key = (capacity - k * length) << sh | n_bins
+                        j = bisect_left(keys, key)
+                        keys[j:j] = (key,)
+                    n_bins += q
+                if r:  # r < k: the pack keeps room
+                    flat += (n_bins, r, src + q * k, -1)
+                    by_start[n_bins] = [n_bins, 1, r, e]
+                    e += 1
+                    if r < max_seqs:
+                        key = (capacity - r * length) << sh | n_bins
+                        j = bisect_left(keys, key)
+                        keys[j:j] = (key,)
+                    n_bins += 1
                 break
             start = key & mask
             group = by_start[start]
@@ -209,8 +214,7 @@ def _place_best(builder: HistogramBuilder, max_seqs: int) -> Chains:
                 i += 1
             else:
                 del keys[i]
-        cursor[length] = src
-    builder.n_bins = n_bins
+    builder.n_bins = n_bins  # (``builder.cursor`` is not advanced: nothing reads it after placement)
     return Chains(list(chain.from_iterable(by_start.values())), flat)
 
 
