@@ -104,12 +104,18 @@ def build_plan(groups, events: tuple, sorted_idx: np.ndarray, capacity: int) -> 
     del ev, gid, start, cum, first, e_bin, e_g, st, gsize, gdst, table
     order = np.empty(n, dtype=np.int64)
     big = sg * k >= _BLOCK
-    rows, chunk = np.flatnonzero(big), None
+    rows = np.flatnonzero(big)
     for a in range(0, rows.shape[0], 1024):  # Python ints for 1,024 blocks at a time: bounded memory
         part = rows[a : a + 1024]
         for d, gg, t, p, kk, s, r in zip(*(c[part].tolist() for c in (dst, sg, rtk, p0, k, src, rev))):
-            chunk = sorted_idx[s : s + gg * kk].reshape(gg, kk)
-            order[d : d + gg * t].reshape(gg, t)[:, p : p + kk] = chunk[::-1] if r else chunk
+            if r:  # served last pack first (MFFD's backward pass)
+                order[d : d + gg * t].reshape(gg, t)[:, p : p + kk] = sorted_idx[s : s + gg * kk].reshape(gg, kk)[::-1]
+            elif kk == t:  # the group's only event: one contiguous run
+                order[d : d + gg * t] = sorted_idx[s : s + gg * kk]
+            elif kk == 1:  # one slot per pack: a strided column
+                order[d + p : d + gg * t : t] = sorted_idx[s : s + gg]
+            else:
+                order[d : d + gg * t].reshape(gg, t)[:, p : p + kk] = sorted_idx[s : s + gg * kk].reshape(gg, kk)
     small = np.flatnonzero(~big)
     if small.shape[0]:  # in chunks of at most max(N/8, 2**16) sequences: bounded temporaries
         step = max(n // 8, 1 << 16)
@@ -120,7 +126,7 @@ def build_plan(groups, events: tuple, sorted_idx: np.ndarray, capacity: int) -> 
                 _gather_small(
                     order, sorted_idx, dst[rows] + p0[rows], sg[rows], rtk[rows], k[rows], src[rows], rev[rows]
                 )
-    del sorted_idx, chunk  # the last block view kept sorted_idx alive
+    del sorted_idx
     keep = tk > 0
     sizes = np.repeat(tk[keep], g[keep])
     offsets = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
