@@ -15,10 +15,10 @@ length is placed on whole groups of identical packs at once: each pack of the se
 ``k = min(free // length, max_seq - n)`` of them, in pack order, which is exactly what the
 item-by-item rule does (the first pack stays the best/first fit until it is full). Groups live in
 buckets keyed by free space; a segment tree over free space finds the first (FFD: lowest start among
-free >= length; BFD: smallest free >= length) group in O(log C). The plan is identical, element for
-element, to the item-by-item reference kept in ``tests/plan/reference.py``.
+free >= length) group in O(log C); BFD (smallest free >= length) bisects one sorted list of group keys.
+The plan is identical, element for element, to the item-by-item reference kept in ``tests/plan/reference.py``.
 
-Complexity: O(N) for the histogram and a radix argsort (C < 65,536), plus O(E log C) Python steps where
+Complexity: one sort of N packed keys (``_sort.sort_by_length``) and O(N) copies, plus O(E log C) Python steps where
 E, the number of events, depends on the distinct lengths and not on N. Deterministic; no sequence is
 split or dropped.
 
