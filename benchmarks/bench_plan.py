@@ -129,6 +129,20 @@ def synthetic(rep: Report, sizes: list[int], repeat: int, with_peers: bool, quic
             repeat,
         )
         base, bfd = t["argsort"], t["bfd"]
+        try:  # packwise's own stable argsort (packed-key sort), the floor of its BFD; absent in older revisions
+            from packwise.plan._sort import sort_by_length
+
+            own = interleaved({"sort": lambda x=lengths: sort_by_length(x, cap)}, repeat)["sort"]["median"]
+            rep.figure(
+                f"BFD N={n:,} vs packwise's own stable argsort (sort_by_length)",
+                bfd["median"],
+                unit="s",
+                baseline="sort_by_length s",
+                baseline_value=own,
+                ratio_means="BFD time / the sort it starts with (lower is better)",
+            )
+        except ImportError:
+            pass
         rep.figure(
             f"BFD N={n:,} vs a stable radix argsort",
             bfd["median"],

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import packwise.plan._engine as engine
+import packwise.plan._finalize as finalize
 from packwise.plan import plan_packs
 
 HISTOGRAM = [
@@ -19,7 +19,7 @@ HISTOGRAM = [
 
 
 def _plan(lengths, algorithm, block, monkeypatch, **kw):
-    monkeypatch.setattr(engine, "_BLOCK", block)
+    monkeypatch.setattr(finalize, "_BLOCK", block)
     monkeypatch.setattr("packwise.plan._api.ITEM_PATH_MAX", -1)  # BFD through the histogram engine too
     return plan_packs(lengths, capacity=kw.pop("capacity", 4096), algorithm=algorithm, **kw)
 

@@ -21,6 +21,9 @@ import heapq
 
 import numpy as np
 
+from ._finalize import build_plan
+from ._sort import sort_by_length
+
 INF = 1 << 62
 
 
@@ -160,13 +163,13 @@ class HistogramBuilder:
     def __init__(self, lengths: np.ndarray, capacity: int) -> None:
         self.n = int(lengths.shape[0])
         self.capacity = capacity
-        counts = np.bincount(lengths, minlength=capacity + 1)
+        # the (length asc, index asc) order ``finalize`` lays out, and the histogram read off it
+        self._sorted, counts = sort_by_length(lengths, capacity)
         self.counts: list[int] = counts.tolist()
-        # Start of each length's block in the (length asc, index asc) order ``finalize`` sorts into.
+        # Start of each length's block in that order.
         below = np.zeros(counts.shape[0], dtype=np.int64)
         np.cumsum(counts[:-1], out=below[1:])
         self.cursor: list[int] = below.tolist()
-        self._lengths = lengths
         self.n_bins = 0
         self.ev_bin: list[int] = []
         self.ev_g: list[int] = []
@@ -194,96 +197,15 @@ class HistogramBuilder:
         return start
 
     def finalize(self, groups: list[tuple[int, int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray]:
-        """Turn final groups ``(start, g, events)`` into ``(order, offsets)``; empty packs are dropped.
+        """Turn final groups (``(start, g, events)`` tuples or :class:`Chains`) into ``(order, offsets)``;
+        empty packs are dropped.
 
-        Consumes ``groups`` and the recorded events (both are emptied), so that their Python objects are
-        freed before the ``(N,)`` arrays are allocated.
-
-        The sequences are sorted once by length ascending (a stable radix argsort, exactly what any exact
-        decreasing-fit assignment must at least do); events address that order through ``cursor`` (the
-        start of each length's block, index ascending inside it). Large (group, event) blocks are copied
-        with one strided 2-D numpy assignment each; the many small ones are gathered in one vectorised
-        pass, so the Python work stays proportional to the number of large blocks.
+        Consumes ``groups`` and the recorded events (both are emptied). See :func:`._finalize.build_plan`.
         """
-        groups.sort()
-        # one row per (group, event) block, in pack order then slot order
-        ev = np.asarray([e for _, _, events in groups for e in events], dtype=np.int64)
-        gid = np.repeat(np.arange(len(groups)), [len(events) for _, _, events in groups])
-        start = np.asarray([s for s, _, _ in groups], dtype=np.int64)
-        g = np.asarray([n for _, n, _ in groups], dtype=np.int64)
-        k = np.asarray(self.ev_k, dtype=np.int64)[ev]
-        tk = np.bincount(gid, weights=k, minlength=len(groups)).astype(np.int64)  # slots per pack of each group
-        cum = np.cumsum(k) - k
-        first = np.zeros(len(groups), dtype=np.int64)  # first row of each group
-        np.cumsum(np.bincount(gid, minlength=len(groups))[:-1], out=first[1:])
-        p0 = cum - cum[first[gid]]
-        gsize = g * tk
-        gdst = np.cumsum(gsize) - gsize
-        if int(gsize.sum()) != self.n:  # internal invariant, not user input
-            raise RuntimeError(f"packwise internal error: planned {int(gsize.sum())} of {self.n} sequences")
-        rev = np.asarray(self.ev_rev, dtype=bool)[ev]
-        ev_bin, ev_g = np.asarray(self.ev_bin, dtype=np.int64)[ev], np.asarray(self.ev_g, dtype=np.int64)[ev]
-        sg, st = g[gid], start[gid]
-        src = np.asarray(self.ev_src, dtype=np.int64)[ev] + np.where(rev, ev_bin + ev_g - st - sg, st - ev_bin) * k
-        dst, rtk = gdst[gid], tk[gid]
-        groups.clear()  # the Python objects go before the (N,) arrays come: bounded peak memory
+        events = (self.ev_bin, self.ev_g, self.ev_k, self.ev_src, self.ev_rev)
         self.ev_bin, self.ev_g, self.ev_k, self.ev_src, self.ev_rev = [], [], [], [], []
-        del ev, gid, start, cum, first, ev_bin, ev_g, st, gsize, gdst
-        key_dtype = np.uint16 if self.capacity < (1 << 16) else np.uint32
-        key = self._lengths.astype(key_dtype)
-        sorted_idx = np.argsort(key, kind="stable")
-        del key
-        order = np.empty(self.n, dtype=np.int64)
-        big = sg * k >= _BLOCK
-        rows, chunk = np.flatnonzero(big), None
-        for a in range(0, rows.shape[0], 1024):  # Python ints for 1,024 blocks at a time: bounded memory
-            part = rows[a : a + 1024]
-            for d, gg, t, p, kk, s, r in zip(*(c[part].tolist() for c in (dst, sg, rtk, p0, k, src, rev))):
-                chunk = sorted_idx[s : s + gg * kk].reshape(gg, kk)
-                order[d : d + gg * t].reshape(gg, t)[:, p : p + kk] = chunk[::-1] if r else chunk
-        small = np.flatnonzero(~big)
-        if small.shape[0]:  # in chunks of about N/64 sequences: bounded temporaries
-            ends = np.cumsum(sg[small] * k[small])
-            cuts = np.searchsorted(ends, np.arange(1, 64) * (int(ends[-1]) // 64 + 1), side="right")
-            for rows in np.split(small, np.unique(cuts)):
-                if rows.shape[0]:
-                    _gather_small(
-                        order, sorted_idx, dst[rows] + p0[rows], sg[rows], rtk[rows], k[rows], src[rows], rev[rows]
-                    )
-        del sorted_idx, chunk  # the last block view kept sorted_idx alive
-        keep = tk > 0
-        sizes = np.repeat(tk[keep], g[keep])
-        offsets = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        return order, offsets
-
-
-#: (group, event) blocks with at least this many sequences get their own strided numpy copy; smaller ones are
-#: gathered together (a numpy call costs about as much as the vectorised gather of a few hundred sequences).
-_BLOCK = 256
-
-
-def _gather_small(order, sorted_idx, dst, g, tk, k, src, rev) -> None:
-    """Vectorised copy of many small (group, event) blocks, one row each: block slot ``j < k`` of pack
-    ``b < g`` (``order[dst + b*tk + j]``) takes ``sorted_idx[src + b'*k + j]``, ``b' = g-1-b`` when ``rev``.
-
-    Walks each slot column as a run of ``g`` values with constant steps (``tk`` in ``order``, ``±k`` in
-    ``sorted_idx``) built by one ``cumsum`` each: six passes over the gathered sequences.
-    """
-    row = np.repeat(np.arange(k.shape[0]), k)  # one run per (row, slot)
-    j = np.arange(row.shape[0], dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
-    lens = g[row]
-    d0, dstep = dst[row] + j, tk[row]
-    s0 = src[row] + j + np.where(rev[row], (lens - 1) * k[row], 0)
-    sstep = np.where(rev[row], -k[row], k[row])
-    runs = np.cumsum(lens) - lens
-    out = []
-    for v0, step in ((d0, dstep), (s0, sstep)):
-        delta = np.repeat(step, lens)
-        last = v0 + (lens - 1) * step
-        delta[runs] = v0 - np.concatenate([[0], last[:-1]])
-        out.append(np.cumsum(delta, out=delta))
-    order[out[0]] = sorted_idx[out[1]]
+        sorted_idx, self._sorted = self._sorted, None
+        return build_plan(groups, events, sorted_idx, self.capacity)
 
 
 class GroupStore:

@@ -13,6 +13,7 @@ import numpy as np
 from ._api import MAX_CAPACITY, _optional_int, check_algorithm_options, resolve_algorithm
 from ._constraints import pack_count_target, split_to_target
 from ._engine import HistogramBuilder
+from ._finalize import Chains
 from ._fit_decreasing import place_decreasing
 from ._histogram import HistogramPlan
 from ._knapsack import place_balanced_greedy_knapsack, place_greedy_knapsack
@@ -146,6 +147,9 @@ def _as_counts(counts) -> np.ndarray:
 
 def _build(builder, groups, real, name, alignment, min_packs, multiple) -> HistogramPlan:
     capacity = builder.capacity
+    if isinstance(groups, Chains):
+        groups.record(builder)
+        groups = groups.tuples()
     ev_len = np.zeros(len(builder.ev_k), dtype=np.int64)
     ev_k, ev_g = np.asarray(builder.ev_k, np.int64), np.asarray(builder.ev_g, np.int64)
     ev_src, ev_bin = np.asarray(builder.ev_src, np.int64), np.asarray(builder.ev_bin, np.int64)
