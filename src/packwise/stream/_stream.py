@@ -133,7 +133,7 @@ class PackingStream(IterableDataset):
         self.labels_shifted = bool(labels_shifted)
         self.algorithm_options = algorithm_options
         self.epoch = 0
-        self._next = (0, 0)  # (window, pack) of the next pack to emit
+        self._next = (0, 0)  # (window, pack) of the next pack to emit (see the ``_next`` property)
         self._markers = False  # set by PackingLoader: report windows without packs
         self._last_iterator = None
         self.stats = {"samples": 0, "truncated": 0, "tokens_truncated": 0, "split": 0, "dropped": 0,
@@ -189,6 +189,21 @@ class PackingStream(IterableDataset):
                 "(source, buffer_size or seed differ) — restore the matching state or start the epoch with set_epoch"
             )
 
+    @property
+    def _next(self) -> tuple[int, int]:
+        """``(window, pack)`` of the next pack to emit. While a window is being emitted it is read off that
+        window's pack iterator (packs left = its length hint), so emitting a pack costs no bookkeeping."""
+        cur = self._cur
+        if cur is None:
+            return self._pos
+        window, count, packs = cur
+        k = count - packs.__length_hint__()
+        return (window, k) if k < count else (window + 1, 0)
+
+    @_next.setter
+    def _next(self, value: tuple[int, int]) -> None:
+        self._pos, self._cur = value, None
+
     # -- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         info = get_worker_info()
@@ -210,9 +225,14 @@ class PackingStream(IterableDataset):
             if not groups:
                 yield from self._empty(window)
                 continue
-            for k in range(first, len(groups)):
-                self._next = (window, k + 1) if k + 1 < len(groups) else (window + 1, 0)
-                yield self._emit(groups[k], window, k, len(groups))
+            packs = iter(groups[first:] if first else groups)
+            self._cur = (window, len(groups), packs)  # the position is read off ``packs`` (see ``_next``)
+            if self.assemble:
+                yield from map(self._emit, packs, itertools.repeat(window), itertools.count(first),
+                               itertools.repeat(len(groups)))  # fmt: skip
+            else:  # no per-pack Python: the packs are the planned lists themselves
+                yield from packs
+            self._next = (window + 1, 0)
         if self._seen is not None and (start_window, start_pack) != (0, 0):  # a plain iterable: its size is now known
             state = {"epoch": self.epoch, "window": start_window, "pack": start_pack}
             windows, samples = self._seen
@@ -326,9 +346,9 @@ class PackingStream(IterableDataset):
             alignment=self.alignment, **self.algorithm_options,
         )  # fmt: skip
         flat = list(map(kept.__getitem__, plan.order.tolist()))  # samples in plan order, one C-level pass
-        offsets = plan.offsets.tolist()
-        perm = np.random.default_rng(order_seed).permutation(plan.num_packs).tolist()
-        return [flat[offsets[p] : offsets[p + 1]] for p in perm]
+        perm = np.random.default_rng(order_seed).permutation(plan.num_packs)
+        starts, ends = plan.offsets[perm].tolist(), plan.offsets[perm + 1].tolist()
+        return list(map(flat.__getitem__, map(slice, starts, ends)))  # the packs in emission order, C-level
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
         """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""
