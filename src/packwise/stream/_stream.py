@@ -27,9 +27,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import MEDIA_KEYS, assemble_pack
 from ..pipeline import OVERFLOW_POLICIES, cut_points
-from ..plan import check_algorithm_options, plan_packs, resolve_algorithm
+from ..plan import align_lengths, check_algorithm_options, plan_packs, resolve_algorithm
+from ..plan._bfd_items import ITEM_PATH_MAX
 from ._slice import _slice
 from ._state import check_settings, settings_of
+from ._window import plan_window
 
 OVERFLOW = OVERFLOW_POLICIES
 _INPUT_IDS = itemgetter("input_ids")
@@ -341,13 +343,18 @@ class PackingStream(IterableDataset):
             return []
         ss = np.random.SeedSequence([self.seed, self.epoch, window])
         plan_seed, order_seed = (int(x) for x in ss.generate_state(2))
-        plan = plan_packs(
-            lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
-            alignment=self.alignment, **self.algorithm_options,
-        )  # fmt: skip
-        flat = list(map(kept.__getitem__, plan.order.tolist()))  # samples in plan order, one C-level pass
-        perm = np.random.default_rng(order_seed).permutation(plan.num_packs)
-        starts, ends = plan.offsets[perm].tolist(), plan.offsets[perm + 1].tolist()
+        costs = align_lengths(lengths, self.alignment)
+        if self.algorithm == "best_fit_decreasing" and costs.shape[0] <= ITEM_PATH_MAX and costs.max() <= self.capacity:
+            order, offsets = plan_window(costs, self.capacity)  # plan_packs' plan, less Python (see _window)
+        else:
+            plan = plan_packs(
+                lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
+                alignment=self.alignment, **self.algorithm_options,
+            )  # fmt: skip
+            order, offsets = plan.order, plan.offsets
+        flat = list(map(kept.__getitem__, order.tolist()))  # samples in plan order, one C-level pass
+        perm = np.random.default_rng(order_seed).permutation(offsets.shape[0] - 1)
+        starts, ends = offsets[perm].tolist(), offsets[perm + 1].tolist()
         return list(map(flat.__getitem__, map(slice, starts, ends)))  # the packs in emission order, C-level
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
