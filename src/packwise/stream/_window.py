@@ -45,21 +45,22 @@ def plan_window(costs: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarra
         return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     idx = sort_by_length_desc(costs, capacity)
     ordered = costs[idx]
-    half, third = capacity // 2, capacity // 3  # a > C/3  <=>  a > C // 3 for integers
-    big = int(np.searchsorted(-ordered, -half, side="left"))  # ordered[:big] > C // 2: one pack each
-    mid = int(np.searchsorted(-ordered, -third, side="left"))  # ordered[big:mid] in (C/3, C/2]
-    rem = capacity - ordered[:big]
+    # a > C/k  <=>  a > C // k for integers: bands (C/2, C], (C/3, C/2], (C/4, C/3], [1, C/4]
+    big, mid, low = (int(np.searchsorted(-ordered, -(capacity // k), side="left")) for k in (2, 3, 4))
+    rem = capacity - ordered[:big]  # one pack each: two of them never fit together
     bins = np.empty(n, dtype=np.int64)
     bins[:big] = np.arange(big)
-    mid_bins, rem = _place_middle(ordered[big:mid], rem, capacity)
-    bins[big:mid] = mid_bins
+    bins[big:mid], rem = _place_band(ordered[big:mid], rem, capacity, 2, -1)
+    last = rem.shape[0] - 1  # a new pack of the band holding one sequence (room >= C/2) is the bottom of the next
+    bottom = last if last >= big and np.count_nonzero(bins[big:mid] == last) == 1 else -1
+    bins[mid:low], rem = _place_band(ordered[mid:low], rem, capacity, 3, bottom)
     nb = rem.shape[0]
     keep = np.flatnonzero(rem > 0)
     keys = ((rem[keep] << _SHIFT) | keep).tolist()
     keys.sort()
     keys.append(_SENTINEL)
-    small = _place_runs(ordered[mid:], keys, capacity, nb)
-    bins[mid:] = small
+    small = _place_runs(ordered[low:], keys, capacity, nb)
+    bins[low:] = small
     if small.shape[0]:
         nb = max(nb, int(small.max()) + 1)
     order = idx[np.argsort(bins, kind="stable")]
@@ -68,41 +69,70 @@ def plan_window(costs: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarra
     return order, offsets
 
 
-def _place_middle(a: np.ndarray, rem: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """Place ``a`` (descending, each in ``(C/3, C/2]``) into the packs of room ``rem`` (one per sequence longer
-    than C/2, in pack order) or new packs; returns each sequence's pack and the rooms of all packs after."""
+def _place_band(
+    a: np.ndarray, rem: np.ndarray, capacity: int, per_new: int, bottom: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Place ``a`` (descending, one band: ``(C/3, C/2]`` with ``per_new=2`` or ``(C/4, C/3]`` with ``per_new=3``)
+    into the packs of room ``rem`` or new packs; returns each sequence's pack and the rooms of all packs after.
+
+    Every room but ``bottom``'s takes at most one sequence of the band (shown in the module docstring); the
+    ``bottom`` pack (-1: none) has more room than all of them and is taken by the first sequence that finds no
+    other room, and what it leaves becomes one more room. New packs take ``per_new`` such sequences each.
+    """
     m = a.shape[0]
-    big = rem.shape[0]
     if m == 0:
         return np.zeros(0, dtype=np.int64), rem
-    # pushes: rooms that fit some sequence, largest first, lowest pack last (on top) among equal rooms
+    nb = rem.shape[0]
     cand = np.flatnonzero(rem >= a[-1])
-    slot_bin = cand[np.lexsort((-cand, -rem[cand]))]
-    slot_val = rem[slot_bin]
-    pushed = np.searchsorted(-slot_val, -a, side="right")  # rooms >= a[i]: pushed before sequence i
-    i = np.arange(m)
-    unmatched_before = np.maximum.accumulate(np.concatenate([[0], 1 - (pushed - i)]))  # (m+1,)
-    unmatched = np.diff(unmatched_before) > 0
-    depth = pushed - i + unmatched_before[:-1]  # stack size before sequence i pops
-    # level of push p: its depth after the push; it is pushed before the first sequence j with pushed[j] > p
-    p = np.arange(slot_bin.shape[0])
-    j = np.searchsorted(pushed, p, side="right")
-    ok = j < m  # pushes after the last sequence are never popped
-    p, j = p[ok], j[ok]
-    push_level = p + 1 - (j - unmatched_before[j])
-    matched = np.flatnonzero(~unmatched)
-    # events sorted by (level, position in the push/pop sequence): each pop comes right after its push
-    level = np.concatenate([push_level, depth[matched]])
-    where = np.concatenate([p + j, pushed[matched] + matched])
-    ev = np.lexsort((where, level))
-    is_pop = ev >= p.shape[0]
-    pop_at = np.flatnonzero(is_pop)
+    cand = cand[cand != bottom]
+    slot_bin = cand[np.lexsort((-cand, -rem[cand]))]  # pushed largest first, lowest pack last among equals
+    push_time = np.searchsorted(-a, -rem[slot_bin], side="left")  # pushed before the first sequence it fits
+    slot = _stack_match(push_time, m)
     out = np.empty(m, dtype=np.int64)
-    out[matched[ev[pop_at] - p.shape[0]]] = slot_bin[p[ev[pop_at - 1]]]
-    # unmatched sequences: the 1st opens a pack, the 2nd joins it, the 3rd opens the next, ...
-    u = np.flatnonzero(unmatched)
-    out[u] = big + np.arange(u.shape[0]) // 2
-    new = -(-u.shape[0] // 2)
+    free = np.flatnonzero(slot < 0)  # sequences that find no room: the bottom pack, then new packs
+    if bottom >= 0 and free.shape[0]:
+        t1 = int(free[0])
+        out[t1] = bottom
+        left = int(rem[bottom] - a[t1])
+        when = max(t1 + 1, int(np.searchsorted(-a, -left, side="left")))
+        if when < m:  # what the bottom pack leaves fits later sequences: one more push, matched again
+            at = int(np.searchsorted(push_time, when, side="right"))
+            # after the larger rooms pushed then, before the others (the bottom pack has the highest index)
+            at -= int(np.count_nonzero(rem[slot_bin[:at]][push_time[:at] == when] <= left))
+            slot_bin = np.insert(slot_bin, at, bottom)
+            push_time = np.insert(push_time, at, when)
+            slot = _stack_match(push_time, m)
+            free = np.flatnonzero(slot < 0)
+        free = free[1:]
+    hit = slot >= 0
+    out[hit] = slot_bin[slot[hit]]
+    out[free] = nb + np.arange(free.shape[0]) // per_new
+    new = -(-free.shape[0] // per_new)
     rem = np.concatenate([rem, np.full(new, capacity, dtype=np.int64)])
     np.subtract.at(rem, out, a)
     return out, rem
+
+
+def _stack_match(push_time: np.ndarray, m: int) -> np.ndarray:
+    """Stack pushes (``push_time`` ascending: push ``p`` happens before sequence ``push_time[p]``) against ``m``
+    pops (one per sequence, none when the stack is empty) -> the push each sequence pops, -1 for none.
+
+    Parenthesis matching: the stack size before sequence ``i`` is ``pushed - popped``; a pop meets the last
+    push at its level, so after a stable sort of all events by (level, position) each pop follows its push.
+    """
+    i = np.arange(m)
+    pushed = np.searchsorted(push_time, i, side="right")
+    empty_before = np.maximum.accumulate(np.concatenate([[0], 1 - (pushed - i)]))  # (m+1,) pops that found none
+    found = np.diff(empty_before) == 0
+    depth = pushed - i + empty_before[:-1]  # stack size before sequence i
+    keep = push_time < m  # pushes after the last sequence are never popped
+    p = np.flatnonzero(keep)
+    t = push_time[keep]
+    popper = np.flatnonzero(found)
+    level = np.concatenate([p + 1 - (t - empty_before[t]), depth[popper]])
+    where = np.concatenate([p + t, pushed[popper] + popper])
+    ev = np.lexsort((where, level))
+    pop_at = np.flatnonzero(ev >= p.shape[0])
+    slot = np.full(m, -1, dtype=np.int64)
+    slot[popper[ev[pop_at] - p.shape[0]]] = p[ev[pop_at - 1]]
+    return slot
