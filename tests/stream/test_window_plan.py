@@ -35,7 +35,7 @@ def test_window_plan_is_bfd_small_capacities(case):
     st.integers(2, 4096).flatmap(
         lambda c: st.tuples(
             st.just(c),
-            st.lists(st.integers(c // 4, c // 2 + 1).map(lambda x: max(1, x)), max_size=60),  # the (C/4, C/2] bands
+            st.lists(st.integers(c // 6, c // 2 + 1).map(lambda x: max(1, x)), max_size=60),  # the matched bands
             st.lists(st.integers(1, c), max_size=60),
         )
     )

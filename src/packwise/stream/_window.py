@@ -1,27 +1,33 @@
-"""Best-fit decreasing of one stream window, with the sequences in ``(C/3, C/2]`` placed by a few numpy calls.
+"""Best-fit decreasing of one stream window, its longer sequences placed band by band with a few numpy calls.
 
-The plan is :func:`packwise.plan.plan_packs`'s ``best_fit_decreasing`` plan, element for element (a hypothesis
-test compares them); only the work differs. BFD visits the sequences by length descending (index ascending on
-ties) and puts each into the open pack with the least room that still fits it (lowest pack on ties).
+The plan is :func:`packwise.plan.plan_packs`'s ``best_fit_decreasing`` plan, element for element (hypothesis
+tests compare it with ``plan_packs`` and the histogram engine); only the work differs. BFD visits the sequences
+by length descending (index ascending on ties) and puts each into the open pack with the least room that still
+fits it (lowest pack on ties), or opens a pack.
 
 Visited in that order, BFD is a stack machine: an open pack's room is *pushed* once the sequences get no longer
-than it, and a sequence takes the top of the stack (the least room that fits: every room pushed later is
-smaller) or opens a pack when the stack is empty. For the sequences of ``(C/3, C/2]`` that machine has a fixed
-shape, so it needs no per-sequence Python:
+than it (largest first; lowest pack last among equal rooms), and a sequence *pops* the top — the least room that
+fits, since every room pushed later is smaller — or opens a pack when the stack is empty. What a pop leaves is
+pushed again once it fits the sequences, so in general the pushes depend on the pops (computing FFD's packing is
+P-complete: Anderson, Mayr & Warmuth, Information and Computation 82(3), 1989 — no few-call vectorisation of the
+whole plan is to be expected). Band by band it is mostly fixed:
 
-* the packs opened by sequences longer than C/2 have room ``< C/2``; after taking one ``(C/3, C/2]`` sequence
-  their room is ``< C/6``, too small for another one — each such room is pushed once and popped at most once;
-* a sequence that finds no such room opens a pack with room ``>= C/2`` (larger than all those rooms), which the
-  next sequence finding none takes; two of them leave ``< C/3``. So the unmatched sequences pair up, in order.
+* sequences longer than C/2 each open a pack (two never fit together);
+* in the band ``(C/(k+1), C/k]`` a room smaller than twice the band's shortest sequence takes at most one of
+  it; a new pack (opened when the stack is empty, so it lies below every other room) takes ``k`` of them in a
+  row and then has room for none. So with the rooms known, the pops are parenthesis matching: the stack depth is
+  a cumulative sum, a pop meets the last push at its level, and a stable sort of all events by (level, time)
+  puts each pop right after its push — a few numpy calls for the whole band;
+* the few larger rooms leave a room that fits the band again: the first such pop adds one push and the band is
+  matched again from scratch (the matching before that pop cannot change), until no pop leaves one. A band that
+  needs more than ``_MAX_ROUNDS`` of these is left to the item loop.
 
-Matching pushes and pops of one stack is parenthesis matching: the stack depth is a cumulative sum, a pop meets
-the last push at its depth, and a stable sort by (depth, time) puts each pop right after its push. The
-sequences of ``[1, C/3]`` are then placed by the item-level BFD of :mod:`packwise.plan._bfd_items`, continuing
-from the packs so far. On the benchmark's windows (lognormal lengths, C = 4096) this removes about a sixth of
-that loop's Python steps.
+The remaining sequences are placed by the item-level BFD of :mod:`packwise.plan._bfd_items`, continuing from
+the packs so far. On the benchmark's windows (lognormal lengths, C = 4096) the bands down to C/``_BANDS`` take
+about a third of that loop's Python steps, for ~1.3× less planning time per window.
 
-Source: best-fit decreasing — Johnson et al., SIAM J. Computing 3(4), 1974; the stack view of best fit over
-decreasing sizes and the depth-sorted parenthesis matching are this module's own derivation (above).
+Source: best-fit decreasing — Johnson et al., SIAM J. Computing 3(4), 1974; the stack view and the band
+matching are this module's own derivation (above).
 """
 
 from __future__ import annotations
@@ -45,22 +51,25 @@ def plan_window(costs: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarra
         return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     idx = sort_by_length_desc(costs, capacity)
     ordered = costs[idx]
-    # a > C/k  <=>  a > C // k for integers: bands (C/2, C], (C/3, C/2], (C/4, C/3], [1, C/4]
-    big, mid, low = (int(np.searchsorted(-ordered, -(capacity // k), side="left")) for k in (2, 3, 4))
-    rem = capacity - ordered[:big]  # one pack each: two of them never fit together
+    big = int(np.searchsorted(-ordered, -(capacity // 2), side="left"))  # a > C/k  <=>  a > C // k (integers)
+    rem = capacity - ordered[:big]  # one pack each
     bins = np.empty(n, dtype=np.int64)
     bins[:big] = np.arange(big)
-    bins[big:mid], rem = _place_band(ordered[big:mid], rem, capacity, 2, -1)
-    last = rem.shape[0] - 1  # a new pack of the band holding one sequence (room >= C/2) is the bottom of the next
-    bottom = last if last >= big and np.count_nonzero(bins[big:mid] == last) == 1 else -1
-    bins[mid:low], rem = _place_band(ordered[mid:low], rem, capacity, 3, bottom)
+    lo = big
+    for k in range(2, _BANDS):
+        hi = int(np.searchsorted(-ordered, -(capacity // (k + 1)), side="left"))  # ordered[lo:hi] in (C/(k+1), C/k]
+        placed = _place_band(ordered[lo:hi], rem, capacity, k)
+        if placed is None:
+            break
+        bins[lo:hi], rem = placed
+        lo = hi
     nb = rem.shape[0]
     keep = np.flatnonzero(rem > 0)
     keys = ((rem[keep] << _SHIFT) | keep).tolist()
     keys.sort()
     keys.append(_SENTINEL)
-    small = _place_runs(ordered[low:], keys, capacity, nb)
-    bins[low:] = small
+    small = _place_runs(ordered[lo:], keys, capacity, nb)
+    bins[lo:] = small
     if small.shape[0]:
         nb = max(nb, int(small.max()) + 1)
     order = idx[np.argsort(bins, kind="stable")]
@@ -69,46 +78,44 @@ def plan_window(costs: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarra
     return order, offsets
 
 
-def _place_band(
-    a: np.ndarray, rem: np.ndarray, capacity: int, per_new: int, bottom: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Place ``a`` (descending, one band: ``(C/3, C/2]`` with ``per_new=2`` or ``(C/4, C/3]`` with ``per_new=3``)
-    into the packs of room ``rem`` or new packs; returns each sequence's pack and the rooms of all packs after.
+#: Bands (C/(k+1), C/k] placed by matching, k = 2 .. _BANDS - 1; rounds of re-matching allowed per band.
+_BANDS = 6
+_MAX_ROUNDS = 24
 
-    Every room but ``bottom``'s takes at most one sequence of the band (shown in the module docstring); the
-    ``bottom`` pack (-1: none) has more room than all of them and is taken by the first sequence that finds no
-    other room, and what it leaves becomes one more room. New packs take ``per_new`` such sequences each.
-    """
+
+def _place_band(a: np.ndarray, rem: np.ndarray, capacity: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Place ``a`` (descending, each in ``(C/(k+1), C/k]``) into the packs of room ``rem`` or new packs of ``k``;
+    returns each sequence's pack and the rooms of all packs after, or None after ``_MAX_ROUNDS`` re-matchings."""
     m = a.shape[0]
     if m == 0:
         return np.zeros(0, dtype=np.int64), rem
     nb = rem.shape[0]
-    cand = np.flatnonzero(rem >= a[-1])
-    cand = cand[cand != bottom]
-    slot_bin = cand[np.lexsort((-cand, -rem[cand]))]  # pushed largest first, lowest pack last among equals
-    push_time = np.searchsorted(-a, -rem[slot_bin], side="left")  # pushed before the first sequence it fits
-    slot = _stack_match(push_time, m)
+    slot_bin = np.flatnonzero(rem >= a[-1])
+    slot_val = rem[slot_bin]
+    push_time = np.searchsorted(-a, -slot_val, side="left")  # pushed before the first sequence it fits
+    done = -1  # sequences up to here have their final pop
+    for _ in range(_MAX_ROUNDS):
+        stack = np.lexsort((-slot_bin, -slot_val, push_time))  # push order: time, larger room, higher pack first
+        slot_bin, slot_val, push_time = slot_bin[stack], slot_val[stack], push_time[stack]
+        slot = _stack_match(push_time, m)
+        hit = np.flatnonzero(slot >= 0)
+        left = slot_val[slot[hit]] - a[hit]
+        again = np.flatnonzero((left >= a[-1]) & (hit > done) & (hit < m - 1))  # a leftover that fits the band
+        if not again.shape[0]:
+            break
+        t = int(hit[again[0]])
+        v = int(left[again[0]])
+        done = t
+        slot_bin = np.append(slot_bin, slot_bin[slot[t]])
+        slot_val = np.append(slot_val, v)
+        push_time = np.append(push_time, max(t + 1, int(np.searchsorted(-a, -v, side="left"))))
+    else:
+        return None
     out = np.empty(m, dtype=np.int64)
-    free = np.flatnonzero(slot < 0)  # sequences that find no room: the bottom pack, then new packs
-    if bottom >= 0 and free.shape[0]:
-        t1 = int(free[0])
-        out[t1] = bottom
-        left = int(rem[bottom] - a[t1])
-        when = max(t1 + 1, int(np.searchsorted(-a, -left, side="left")))
-        if when < m:  # what the bottom pack leaves fits later sequences: one more push, matched again
-            at = int(np.searchsorted(push_time, when, side="right"))
-            # after the larger rooms pushed then, before the others (the bottom pack has the highest index)
-            at -= int(np.count_nonzero(rem[slot_bin[:at]][push_time[:at] == when] <= left))
-            slot_bin = np.insert(slot_bin, at, bottom)
-            push_time = np.insert(push_time, at, when)
-            slot = _stack_match(push_time, m)
-            free = np.flatnonzero(slot < 0)
-        free = free[1:]
-    hit = slot >= 0
     out[hit] = slot_bin[slot[hit]]
-    out[free] = nb + np.arange(free.shape[0]) // per_new
-    new = -(-free.shape[0] // per_new)
-    rem = np.concatenate([rem, np.full(new, capacity, dtype=np.int64)])
+    free = np.flatnonzero(slot < 0)  # found no room: new packs of k, in order
+    out[free] = nb + np.arange(free.shape[0]) // k
+    rem = np.concatenate([rem, np.full(-(-free.shape[0] // k), capacity, dtype=np.int64)])
     np.subtract.at(rem, out, a)
     return out, rem
 
