@@ -63,3 +63,20 @@ def test_window_plan_exact_values():
     assert [order[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [[1, 3], [0, 2], [4, 5, 6]]
     ref = plan_packs(lengths, capacity=12)
     assert order.tolist() == ref.order.tolist() and offsets.tolist() == ref.offsets.tolist()
+
+
+def test_window_plan_falls_back_to_the_item_loop(monkeypatch):
+    """A band that needs more re-matching rounds than allowed is placed by the item loop: the same plan."""
+    import packwise.stream._window as window
+
+    monkeypatch.setattr(window, "_MAX_ROUNDS", 1)
+    rng = np.random.default_rng(3)
+    fell_back = 0
+    for capacity in (12, 100, 4096):
+        for _ in range(50):
+            costs = rng.integers(1, capacity + 1, 200)
+            _same(costs, capacity)
+            band = costs[(costs > capacity // 4) & (costs <= capacity // 3)]
+            rem = np.full(1, capacity)
+            fell_back += window._place_band(np.sort(band)[::-1], rem, capacity, 3) is None
+    assert fell_back > 0
