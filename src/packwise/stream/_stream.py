@@ -204,6 +204,12 @@ class PackingStream(IterableDataset, SampleRules):
     def _next(self, value: tuple[int, int]) -> None:
         self._pos, self._cur = value, None
 
+    def __getstate__(self) -> dict:
+        """Pickled (DataLoader workers) with the position only, not the current window's packs."""
+        state = dict(self.__dict__)
+        state["_pos"], state["_cur"] = self._next, None
+        return state
+
     # -- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         info = get_worker_info()
