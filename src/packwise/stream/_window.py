@@ -91,12 +91,11 @@ def _place_band(a: np.ndarray, rem: np.ndarray, capacity: int, k: int) -> tuple[
         return np.zeros(0, dtype=np.int64), rem
     nb = rem.shape[0]
     slot_bin = np.flatnonzero(rem >= a[-1])
+    slot_bin = slot_bin[np.lexsort((-slot_bin, -rem[slot_bin]))]  # push order: larger room, then higher pack first
     slot_val = rem[slot_bin]
     push_time = np.searchsorted(-a, -slot_val, side="left")  # pushed before the first sequence it fits
     done = -1  # sequences up to here have their final pop
     for _ in range(_MAX_ROUNDS):
-        stack = np.lexsort((-slot_bin, -slot_val, push_time))  # push order: time, larger room, higher pack first
-        slot_bin, slot_val, push_time = slot_bin[stack], slot_val[stack], push_time[stack]
         slot = _stack_match(push_time, m)
         hit = np.flatnonzero(slot >= 0)
         left = slot_val[slot[hit]] - a[hit]
@@ -106,9 +105,12 @@ def _place_band(a: np.ndarray, rem: np.ndarray, capacity: int, k: int) -> tuple[
         t = int(hit[again[0]])
         v = int(left[again[0]])
         done = t
-        slot_bin = np.append(slot_bin, slot_bin[slot[t]])
-        slot_val = np.append(slot_val, v)
-        push_time = np.append(push_time, max(t + 1, int(np.searchsorted(-a, -v, side="left"))))
+        b = int(slot_bin[slot[t]])
+        when = max(t + 1, int(np.searchsorted(-a, -v, side="left")))
+        lo, hi = np.searchsorted(push_time, [when, when + 1])  # among the pushes made at the same time it goes
+        at = lo + int(np.count_nonzero((slot_val[lo:hi] > v) | ((slot_val[lo:hi] == v) & (slot_bin[lo:hi] > b))))
+        slot_bin, slot_val = np.insert(slot_bin, at, b), np.insert(slot_val, at, v)  # after larger rooms (and
+        push_time = np.insert(push_time, at, when)  # equal rooms of higher packs), as in the first push order
     else:
         return None
     out = np.empty(m, dtype=np.int64)
@@ -137,8 +139,8 @@ def _stack_match(push_time: np.ndarray, m: int) -> np.ndarray:
     t = push_time[keep]
     popper = np.flatnonzero(found)
     level = np.concatenate([p + 1 - (t - empty_before[t]), depth[popper]])
-    where = np.concatenate([p + t, pushed[popper] + popper])
-    ev = np.lexsort((where, level))
+    where = np.concatenate([p + t, pushed[popper] + popper])  # distinct positions below p.size + m
+    ev = np.argsort(level * (p.shape[0] + m) + where)
     pop_at = np.flatnonzero(ev >= p.shape[0])
     slot = np.full(m, -1, dtype=np.int64)
     slot[popper[ev[pop_at] - p.shape[0]]] = p[ev[pop_at - 1]]
