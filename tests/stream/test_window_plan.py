@@ -80,3 +80,15 @@ def test_window_plan_falls_back_to_the_item_loop(monkeypatch):
             rem = np.full(1, capacity)
             fell_back += window._place_band(np.sort(band)[::-1], rem, capacity, 3) is None
     assert fell_back > 0
+
+
+def test_stream_refuses_a_capacity_above_the_planners_limit():
+    """The window planner packs rooms into 32 bits: above plan_packs' MAX_CAPACITY the stream still refuses."""
+    import pytest
+
+    from packwise.plan._api import MAX_CAPACITY
+    from packwise.stream import PackingStream
+
+    stream = PackingStream([{"input_ids": [1, 2]}] * 3, capacity=MAX_CAPACITY + 1, buffer_size=3, assemble=False)
+    with pytest.raises(ValueError, match="capacity"):
+        list(stream)

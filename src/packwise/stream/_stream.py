@@ -26,7 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import assemble_pack
 from ..pipeline import OVERFLOW_POLICIES
-from ..plan import align_lengths, check_algorithm_options, plan_packs, resolve_algorithm
+from ..plan import MAX_CAPACITY, align_lengths, check_algorithm_options, plan_packs, resolve_algorithm
 from ..plan._bfd_items import ITEM_PATH_MAX
 from ._samples import _INPUT_IDS, SampleRules
 from ._state import check_settings, settings_of
@@ -348,7 +348,12 @@ class PackingStream(IterableDataset, SampleRules):
         ss = np.random.SeedSequence([self.seed, self.epoch, window])
         plan_seed, order_seed = (int(x) for x in ss.generate_state(2))
         costs = align_lengths(lengths, self.alignment)
-        if self.algorithm == "best_fit_decreasing" and costs.shape[0] <= ITEM_PATH_MAX and costs.max() <= self.capacity:
+        if (
+            self.algorithm == "best_fit_decreasing"
+            and costs.shape[0] <= ITEM_PATH_MAX
+            and self.capacity <= MAX_CAPACITY
+            and costs.max() <= self.capacity
+        ):  # else plan_packs, which also refuses what the window planner does not take
             order, offsets = plan_window(costs, self.capacity)  # plan_packs' plan, less Python (see _window)
         else:
             plan = plan_packs(
