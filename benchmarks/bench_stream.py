@@ -8,6 +8,8 @@
    lengths (``plan_packs`` on the whole array). Targets: ≥ 2 M samples/s and ≥ 0.05× the global rate.
 2. Peak RSS of a fresh process that only streams (``VmHWM``): bounded by one window, not by the stream.
    Target < 500 MB.
+   Also: the stream's floor (the source read in windows + ``length_fn``, no planning) and the planning of the
+   windows alone, the stream's window planner vs ``plan_packs`` per window.
 3. ``distribute`` of chitchat packs (qwen2.5 lengths, capacity 4096, BFD with ``pack_count_multiple=8``)
    over 8 ranks: max/mean cost, tokens and attention-aware (skipped with ``--quick``).
 """
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import subprocess
@@ -26,6 +29,11 @@ from _harness import Report, add_common, interleaved
 
 from packwise.plan import distribute, plan_packs
 from packwise.stream import PackingStream
+
+try:  # the stream's window planner; absent in revisions before it (before_after.py runs this on both)
+    from packwise.stream._window import plan_window
+except ImportError:
+    plan_window = None
 
 
 def lengths_array(n: int, seed: int = 0, chunk: int = 1_000_000) -> np.ndarray:
@@ -49,6 +57,18 @@ def run_stream(samples: int, buffer: int) -> tuple[int, int]:
         packs += 1
         sequences += len(pack)
     return packs, sequences
+
+
+def read_floor(samples: int, buffer: int) -> int:
+    """What every stream pays before planning: the source read in windows and ``length_fn`` applied."""
+    it, n = lengths_stream(samples), 0
+    while window := list(itertools.islice(it, buffer)):
+        n += np.fromiter(map(int, window), np.int64, len(window)).shape[0]
+    return n
+
+
+def plan_windows(lengths: np.ndarray, buffer: int, planner) -> int:
+    return sum(planner(lengths[a : a + buffer]) for a in range(0, lengths.shape[0], buffer))
 
 
 def peak_rss_mb() -> float:
@@ -83,9 +103,13 @@ def main() -> None:
         {
             "stream": lambda: run_stream(n, args.buffer),
             "global_plan": lambda: plan_packs(lengths, capacity=4096),
+            "read_floor": lambda: read_floor(n, args.buffer),
+            "windows_plan_packs": lambda: plan_windows(lengths, args.buffer, lambda w: plan_packs(w, capacity=4096).num_packs),
+            **({"windows_plan_window": lambda: plan_windows(lengths, args.buffer, lambda w: plan_window(w, 4096)[1].shape[0] - 1)}
+               if plan_window is not None else {}),
         },
         args.repeat,
-    )
+    )  # fmt: skip
     s, g = t["stream"], t["global_plan"]
     rep.say(f"stream of {n:,} samples, buffer {args.buffer:,}; medians of {args.repeat} interleaved repeats")
     rep.figure(
@@ -106,6 +130,28 @@ def main() -> None:
         ratio_means="global time / stream time (higher is better)",
         target=">= 0.05",
     )
+    rep.figure(
+        "stream rate vs its floor (source read in windows + length_fn, no planning)",
+        n / s["median"],
+        unit="samples/s",
+        baseline="floor samples/s",
+        baseline_value=n / t["read_floor"]["median"],
+        ratio=t["read_floor"]["median"] / s["median"],
+        ratio_means="floor time / stream time (1 = planning and emitting cost nothing)",
+    )
+    w_old, w_new = t["windows_plan_packs"], t.get("windows_plan_window", t["windows_plan_packs"])
+    windows = -(-n // args.buffer)
+    rep.figure(
+        f"planning {windows} windows: the stream's planner (plan_window) vs plan_packs per window",
+        w_new["median"] / windows * 1e3,
+        unit="ms/window",
+        baseline="plan_packs ms/window",
+        baseline_value=w_old["median"] / windows * 1e3,
+        ratio=w_old["median"] / w_new["median"],
+        ratio_means="plan_packs time / plan_window time (same packs: asserted)",
+    )
+    if w_old["out"] != w_new["out"]:
+        raise SystemExit(f"plan_window made {w_new['out']} packs, plan_packs {w_old['out']}: not the same plan")
     packs = s["out"][0]
     global_packs = g["out"].num_packs
     rep.figure(

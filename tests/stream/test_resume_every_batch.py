@@ -71,3 +71,19 @@ def test_resume_after_every_batch_with_two_workers(iterable):
     src = (lambda: iter(data)) if iterable else data
     assert check_every_boundary(src, workers=2) >= 6
     assert [fingerprint(b) for b in loader(src, 2)] == [fingerprint(b) for b in loader(src, 0)]
+
+
+def test_pickled_mid_window_keeps_the_position_not_the_packs():
+    import pickle
+
+    from packwise.stream import PackingStream
+
+    samples = [{"input_ids": list(range(1, 2 + i % 7))} for i in range(40)]
+    stream = PackingStream(samples, capacity=8, buffer_size=10, assemble=False)
+    it = iter(stream)
+    first = [next(it) for _ in range(3)]
+    copy = pickle.loads(pickle.dumps(stream))
+    assert copy._cur is None and copy._next == stream._next == (0, 3)
+    rest = list(it)
+    assert [len(p) for p in list(copy)] == [len(p) for p in rest]
+    assert len(first) == 3

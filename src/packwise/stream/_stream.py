@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from operator import itemgetter
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..assemble import MEDIA_KEYS, assemble_pack
-from ..pipeline import OVERFLOW_POLICIES, cut_points
-from ..plan import check_algorithm_options, plan_packs, resolve_algorithm
-from ._slice import _slice
+from ..assemble import assemble_pack
+from ..pipeline import OVERFLOW_POLICIES
+from ..plan import MAX_CAPACITY, align_lengths, check_algorithm_options, plan_packs, resolve_algorithm
+from ..plan._bfd_items import ITEM_PATH_MAX
+from ._samples import _INPUT_IDS, SampleRules
 from ._state import check_settings, settings_of
+from ._window import plan_window
 
 OVERFLOW = OVERFLOW_POLICIES
-_INPUT_IDS = itemgetter("input_ids")
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
 
 
@@ -44,7 +44,7 @@ class StreamSourceError(RuntimeError):
         super().__init__(f"source failed at sample {sample} of this epoch: {type(error).__name__}: {error}")
 
 
-class PackingStream(IterableDataset):
+class PackingStream(IterableDataset, SampleRules):
     """Pack samples from a stream window by window (see the module docstring).
 
     Args:
@@ -133,7 +133,7 @@ class PackingStream(IterableDataset):
         self.labels_shifted = bool(labels_shifted)
         self.algorithm_options = algorithm_options
         self.epoch = 0
-        self._next = (0, 0)  # (window, pack) of the next pack to emit
+        self._next = (0, 0)  # (window, pack) of the next pack to emit (see the ``_next`` property)
         self._markers = False  # set by PackingLoader: report windows without packs
         self._last_iterator = None
         self.stats = {"samples": 0, "truncated": 0, "tokens_truncated": 0, "split": 0, "dropped": 0,
@@ -189,6 +189,27 @@ class PackingStream(IterableDataset):
                 "(source, buffer_size or seed differ) — restore the matching state or start the epoch with set_epoch"
             )
 
+    @property
+    def _next(self) -> tuple[int, int]:
+        """``(window, pack)`` of the next pack to emit. While a window is being emitted it is read off that
+        window's pack iterator (packs left = its length hint), so emitting a pack costs no bookkeeping."""
+        cur = self._cur
+        if cur is None:
+            return self._pos
+        window, count, packs = cur
+        k = count - packs.__length_hint__()
+        return (window, k) if k < count else (window + 1, 0)
+
+    @_next.setter
+    def _next(self, value: tuple[int, int]) -> None:
+        self._pos, self._cur = value, None
+
+    def __getstate__(self) -> dict:
+        """Pickled (DataLoader workers) with the position only, not the current window's packs."""
+        state = dict(self.__dict__)
+        state["_pos"], state["_cur"] = self._next, None
+        return state
+
     # -- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         info = get_worker_info()
@@ -210,9 +231,14 @@ class PackingStream(IterableDataset):
             if not groups:
                 yield from self._empty(window)
                 continue
-            for k in range(first, len(groups)):
-                self._next = (window, k + 1) if k + 1 < len(groups) else (window + 1, 0)
-                yield self._emit(groups[k], window, k, len(groups))
+            packs = iter(groups[first:] if first else groups)
+            self._cur = (window, len(groups), packs)  # the position is read off ``packs`` (see ``_next``)
+            if self.assemble:
+                yield from map(self._emit, packs, itertools.repeat(window), itertools.count(first),
+                               itertools.repeat(len(groups)))  # fmt: skip
+            else:  # no per-pack Python: the packs are the planned lists themselves
+                yield from packs
+            self._next = (window + 1, 0)
         if self._seen is not None and (start_window, start_pack) != (0, 0):  # a plain iterable: its size is now known
             state = {"epoch": self.epoch, "window": start_window, "pack": start_pack}
             windows, samples = self._seen
@@ -321,87 +347,21 @@ class PackingStream(IterableDataset):
             return []
         ss = np.random.SeedSequence([self.seed, self.epoch, window])
         plan_seed, order_seed = (int(x) for x in ss.generate_state(2))
-        plan = plan_packs(
-            lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
-            alignment=self.alignment, **self.algorithm_options,
-        )  # fmt: skip
-        flat = list(map(kept.__getitem__, plan.order.tolist()))  # samples in plan order, one C-level pass
-        offsets = plan.offsets.tolist()
-        perm = np.random.default_rng(order_seed).permutation(plan.num_packs).tolist()
-        return [flat[offsets[p] : offsets[p + 1]] for p in perm]
-
-    def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
-        """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""
-        types = set(map(type, samples))  # one C-level pass; the per-sample check only runs for mappings
-        if not any(issubclass(t, Mapping) for t in types):
-            return
-        if types == {dict}:
-            try:
-                actual = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
-            except (KeyError, TypeError):
-                actual = None
-            if actual is not None:
-                self._raise_under(actual, reported, at)
-                return
-        actual = np.fromiter(
-            (len(ids) if (ids := _ids(s)) is not None else -1 for s in samples), np.int64, len(samples)
-        )
-        self._raise_under(actual, reported, at)
-
-    def _raise_under(self, actual: np.ndarray, reported: np.ndarray, at) -> None:
-        under = np.flatnonzero(actual > reported)
-        if under.size:
-            j = int(under[0])
-            raise ValueError(
-                f"sample {at(j)}: length_fn says {int(reported[j])} tokens but its input_ids hold {int(actual[j])}; "
-                f"packs planned on it would exceed capacity {self.capacity} — length_fn must return at least the "
-                "tokens assemble_pack will place (len(sample['input_ids']) after any transform)"
-            )
-
-    def _length(self, sample: Mapping, index: int) -> int:
-        if self.length_fn is not None:
-            try:
-                return int(self.length_fn(sample))
-            except Exception as e:
-                raise ValueError(f"sample {index}: length_fn raised {type(e).__name__}: {e}") from e
-        try:
-            return len(sample["input_ids"])
-        except (KeyError, TypeError) as e:
-            raise ValueError(
-                f"sample {index} has no input_ids ({type(sample).__name__}); pass length_fn= for other samples"
-            ) from e
-
-    @property
-    def _limit(self) -> int:
-        """The longest sequence that fits a pack after alignment."""
-        return self.capacity // self.alignment * self.alignment
-
-    def _overflow(self, sample: Mapping, index: int, n: int) -> list[Mapping]:
-        fit_capacity = self._limit
-        if n <= fit_capacity:
-            return [sample]
-        if self.overflow == "error":
-            raise ValueError(
-                f"sample {index} has {n} tokens > capacity {fit_capacity}; pass overflow='truncate'|'split'|'drop'"
-            )
-        if self.overflow in ("truncate", "split") and any(sample.get(k) is not None for k in MEDIA_KEYS):
-            raise ValueError(
-                f"sample {index} has {n} tokens > capacity {fit_capacity} and images; a stream cannot cut it without "
-                "cutting an image — pack it offline (packwise pack truncates before images) or use overflow='drop'"
-            )
-        cuts = cut_points(n, fit_capacity, self.overflow)  # the pipeline's kernel: no media here, so plain slices
-        if not cuts:
-            self.stats["dropped"] += 1
-            self.stats["tokens_dropped"] += n
-            return []
-        if self.overflow == "truncate":
-            self.stats["truncated"] += 1
-            self.stats["tokens_truncated"] += n - cuts[0][1]
+        costs = align_lengths(lengths, self.alignment)
+        if (
+            self.algorithm == "best_fit_decreasing"
+            and costs.shape[0] <= ITEM_PATH_MAX
+            and self.capacity <= MAX_CAPACITY
+            and costs.max() <= self.capacity
+        ):  # else plan_packs, which also refuses what the window planner does not take
+            order, offsets = plan_window(costs, self.capacity)  # plan_packs' plan, less Python (see _window)
         else:
-            self.stats["split"] += 1
-        return [_slice(sample, a, b, n) for a, b in cuts]
-
-
-def _ids(sample):
-    """A sample's ``input_ids`` when it is a mapping holding them (else None)."""
-    return sample.get("input_ids") if isinstance(sample, Mapping) else None
+            plan = plan_packs(
+                lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
+                alignment=self.alignment, **self.algorithm_options,
+            )  # fmt: skip
+            order, offsets = plan.order, plan.offsets
+        flat = list(map(kept.__getitem__, order.tolist()))  # samples in plan order, one C-level pass
+        perm = np.random.default_rng(order_seed).permutation(offsets.shape[0] - 1)
+        starts, ends = offsets[perm].tolist(), offsets[perm + 1].tolist()
+        return list(map(flat.__getitem__, map(slice, starts, ends)))  # the packs in emission order, C-level
