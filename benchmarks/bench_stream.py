@@ -31,7 +31,7 @@ from packwise.plan import distribute, plan_packs
 from packwise.stream import PackingStream
 
 try:  # the stream's window planner; absent in revisions before it (before_after.py runs this on both)
-    from packwise.stream._window import plan_window
+    from packwise.plan import plan_window
 except ImportError:
     plan_window = None
 

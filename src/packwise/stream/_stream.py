@@ -26,11 +26,17 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import assemble_pack
 from ..pipeline import OVERFLOW_POLICIES
-from ..plan import MAX_CAPACITY, align_lengths, check_algorithm_options, plan_packs, resolve_algorithm
-from ..plan._bfd_items import ITEM_PATH_MAX
+from ..plan import (
+    ITEM_PATH_MAX,
+    MAX_CAPACITY,
+    align_lengths,
+    check_algorithm_options,
+    plan_packs,
+    plan_window,
+    resolve_algorithm,
+)
 from ._samples import _INPUT_IDS, SampleRules
 from ._state import check_settings, settings_of
-from ._window import plan_window
 
 OVERFLOW = OVERFLOW_POLICIES
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}

@@ -6,11 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packwise.plan import plan_packs
+from packwise.plan import plan_packs, plan_window
 from packwise.plan._bfd_items import plan_bfd_items
 from packwise.plan._engine import HistogramBuilder
 from packwise.plan._fit_decreasing import place_decreasing
-from packwise.stream._window import plan_window
 
 
 def _same(costs: np.ndarray, capacity: int) -> None:
@@ -67,7 +66,7 @@ def test_window_plan_exact_values():
 
 def test_window_plan_falls_back_to_the_item_loop(monkeypatch):
     """A band that needs more re-matching rounds than allowed is placed by the item loop: the same plan."""
-    import packwise.stream._window as window
+    import packwise.plan._window as window
 
     monkeypatch.setattr(window, "_MAX_ROUNDS", 1)
     rng = np.random.default_rng(3)

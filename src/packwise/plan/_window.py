@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan._bfd_items import _SENTINEL, _SHIFT, _place_runs
-from ..plan._engine import sort_by_length_desc
+from ._bfd_items import _SENTINEL, _SHIFT, _place_runs
+from ._engine import sort_by_length_desc
 
 
 def plan_window(costs: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
