@@ -380,40 +380,54 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
 
 
 def test_waves_when_the_rows_exceed_the_store_budget(rows, qwen, tmp_path, monkeypatch):
-    """A store budget of 60 KB for ~700 KB of token bytes: pass 2 runs in waves of writer groups (each wave
-    tokenizes the pieces again and sends only its groups' rows), and the files are still the local engine's."""
+    """A store budget of 60 KB for ~700 KB of token bytes: pass 2 runs in >= 8 waves of writer groups, each
+    sending only its groups' rows; every wave reads pass 1's spill, never the input (the input is replaced
+    by other rows once pass 1 is done), and the files are still the local engine's."""
     import uuid
 
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    local = local_output(path, tmp_path / "local", tokenizer=qwen, capacity=512, overflow="split", packs_per_shard=10)
     monkeypatch.setattr(ray_engine, "store_budget", lambda ray: 60_000)
-    marks, real = tmp_path / "marks", ray_engine._place
+    marks, real, assemble = tmp_path / "marks", ray_engine._place, ray_engine._assemble
     marks.mkdir()
 
     def counted(*args):  # runs on a worker (same machine): one file per pass-2 task
         (marks / uuid.uuid4().hex).touch()
         return real(*args)
 
+    def input_changed(ray, plan, stats, spill, *args):  # the driver, after pass 1 and the plan
+        assert sorted(p.suffix for p in (tmp_path / "ray").glob(".packwise-staging*/.packwise-spill/*"))[:1] == [".npy"]
+        path.write_text("".join(json.dumps({"messages": rows[0]["messages"][:2]}) + "\n" for _ in rows))
+        return assemble(ray, plan, stats, spill, *args)
+
     monkeypatch.setattr(ray_engine, "_place", counted)
-    options = {"capacity": 512, "overflow": "split", "packs_per_shard": 10}
-    report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
-    local = local_output(rows, tmp_path / "local", tokenizer=qwen, **options)
+    monkeypatch.setattr(ray_engine, "_assemble", input_changed)
+    report = pack_ray(path, tmp_path / "ray", tokenizer="qwen2.5", capacity=512, overflow="split", packs_per_shard=10)
     assert metadata(report) == metadata(local)
-    same_files(tmp_path / "ray", tmp_path / "local")
+    same_files(tmp_path / "ray", tmp_path / "local")  # the spill folder is gone
     tasks = len(list(marks.iterdir()))
-    assert tasks >= 8 * 8  # 8 pieces (200 rows on 2 CPUs), each tokenized again in each of >= 8 waves
+    assert tasks >= 8 * 8  # 8 pieces (200 rows on 2 CPUs) read from the spill in each of >= 8 waves
     assert tasks % 8 == 0
 
 
-def test_second_pass_refuses_an_input_that_changed(tmp_path):
-    from packwise.integrations._ray_workers import PieceJob, _place
-    from packwise.pipeline import PackOptions
+def test_spill_round_trip(tmp_path):
+    """A piece's samples and lengths come back from the spill as pass 1 wrote them; the folder is removed."""
+    from packwise.integrations import _ray_spill
+    from packwise.pipeline import Samples
 
-    rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
-    piece = ("rows", rows, (0,))
-    job = PieceJob("list", "tokens", None, digest_rows=False)
-    seen = (np.array([2, 3], np.int32), np.array([1, 1], np.int64))
-    bounds = np.array([0, 2])
-    parts = _place(piece, PackOptions(capacity=8), job, seen, None, np.array([0, 1]), bounds, 0, 0, 1, True)
-    assert parts[0][0].num_sequences == 2 and parts[-1].tolist() == [3, 2]
-    changed = (np.array([2, 4], np.int32), np.array([1, 1], np.int64))  # pass 1 saw other lengths
-    with pytest.raises(RuntimeError, match=r"list: rows 0\+ read differently in the second pass \(its sequence"):
-        _place(piece, PackOptions(capacity=8), job, changed, None, np.array([0, 1]), bounds, 0, 0, 1, True)
+    samples = Samples(
+        np.arange(5, dtype=np.int32), np.array([-100, 1, 2, -100, 4], np.int32), np.array([0, 2, 5]),
+        np.array([3, 7]), {"mm_token_type_ids": np.zeros(5, np.int8)},
+    )  # fmt: skip
+    samples.media = [[("a.png", (1, 2, 2))], []]
+    root = _ray_spill.spill_root(tmp_path)
+    written = _ray_spill.write_piece(root, 4, samples, samples.lengths)
+    assert written == sum(p.stat().st_size for p in (tmp_path / ".packwise-spill").iterdir())
+    back = _ray_spill.read_piece(root, 4)
+    assert back.media == samples.media and back.columns.keys() == samples.columns.keys()
+    for name in ("ids", "labels", "offsets", "source"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(samples, name))
+    assert _ray_spill.read_lengths(root, 4).tolist() == [2, 3]
+    _ray_spill.remove(root)
+    assert list(tmp_path.iterdir()) == []

@@ -18,6 +18,7 @@ import pickle
 import numpy as np
 
 from ..pipeline import PackOptions
+from ._ray_spill import write_piece
 from ._ray_workers import PieceJob, PieceStats, _tokenize
 
 #: Share of the cluster's object store that packwise's streaming stages may fill (Ray Data's limit in pass
@@ -35,9 +36,11 @@ def _stats_batch(batch: dict, *, pieces: list, options: PackOptions, jobs: list[
     their :class:`PieceStats`, pickled (a few KB each)."""
     out = []
     for i in batch["piece"].tolist():
-        stats, _, lengths = _tokenize(*pieces[i], options, jobs[i], i == 0)
+        stats, samples, lengths = _tokenize(*pieces[i], options, jobs[i], i == 0)
         if jobs[i].keep_lengths and lengths is not None:
             stats.lengths = lengths
+        if jobs[i].spill is not None and samples is not None:
+            stats.spilled = write_piece(jobs[i].spill, i, samples, lengths)
         out.append(pickle.dumps(stats, protocol=5))
     return {"piece": batch["piece"], "stats": np.array(out, dtype=object)}
 

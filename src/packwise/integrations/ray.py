@@ -50,6 +50,7 @@ from ._ray_data import store_budget, tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
+from ._ray_spill import remove, spill_root
 from ._ray_workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
@@ -150,35 +151,36 @@ def pack_ray(
             opts = opts.replace(vision=with_media_root(opts.vision, name))
         timings["read"] = time.perf_counter() - t
 
-        t = time.perf_counter()
-        keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
-        job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep)
-        stats, jobs = tokenize_pieces(ray, pieces, opts, job)
-        if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
-            fingerprint = f"{sum(s.digest for s in stats) % (1 << 64):016x}"
-        elif not isinstance(fingerprint, str):
-            fingerprint = ray.get(fingerprint)
-        counts, skipped = _check(stats, name, opts.skip_bad_rows)
-        check_sequences(name, counts, opts)
-        timings["tokenize"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        plan = _plan(stats, opts)
-        timings["plan"] = time.perf_counter() - t
-
-        t = time.perf_counter()
         tmp = out.start() if remote is not None else out.staging()
         writers: list = []
         try:
-            work = (pieces, jobs, ray.put(opts))
-            shards, fills, order, pad, lengths = _assemble(ray, plan, stats, work, packs_per_shard, tmp, writers, cpus)
+            t = time.perf_counter()
+            keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
+            spill = spill_root(tmp)
+            job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep, spill=spill)
+            stats, _ = tokenize_pieces(ray, pieces, opts, job)
+            if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
+                fingerprint = f"{sum(s.digest for s in stats) % (1 << 64):016x}"
+            elif not isinstance(fingerprint, str):
+                fingerprint = ray.get(fingerprint)
+            counts, skipped = _check(stats, name, opts.skip_bad_rows)
+            check_sequences(name, counts, opts)
+            timings["tokenize"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            plan = _plan(stats, opts)
+            timings["plan"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            shards, fills, order, pad = _assemble(ray, plan, stats, spill, packs_per_shard, tmp, writers, cpus)
+            plan_hash = _plan_hash(ray, plan, spill, [i for i, s in enumerate(stats) if s.counts.sequences], order)
+            remove(spill)  # before the commit: the staging's files become the output
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
             report = build_report(
                 source=(name, fingerprint, kind), tokenizer=next((s.tokenizer for s in stats if s.tokenizer), None),
                 options=opts, counts=counts, packed=sum((c for _, c in shards), PackedCounts()), plan=plan,
-                plan_hash=_plan_hash(ray, plan, lengths, order), metrics=_metrics(plan, fills, pad),
-                timings=timings, skipped=skipped,
+                plan_hash=plan_hash, metrics=_metrics(plan, fills, pad), timings=timings, skipped=skipped,
             )  # fmt: skip
             _commit(tmp, out if owner else None, report, [entry for entry, _ in shards])
             tmp = None
@@ -189,7 +191,7 @@ def pack_ray(
             if writers and isinstance(e, Exception):
                 ray.wait(writers, num_returns=len(writers), timeout=WRITER_WAIT_S)
             if remote is not None:
-                out.abort()
+                out.abort()  # the temporary prefix, spill included
             elif tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -269,18 +271,17 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
         ray.shutdown()
 
 
-def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Pass 2: place every piece's sequences and send them to shard-group writers, in waves of writer groups
-    whose rows fit the streaming budget (``_ray_data.store_budget``), so the object store holds one wave's
-    rows at a time; each wave tokenizes the pieces again (waves = 1 unless the data is larger than the budget).
+def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers: list, cpus: int):
+    """Pass 2: place every piece's sequences (read from pass 1's spill) and send them to shard-group writers,
+    in waves of writer groups whose rows fit the streaming budget (``_ray_data.store_budget``), so the object
+    store holds one wave's rows at a time; each wave reads the spilled pieces again, not the input.
 
-    Returns ``(shards, pack_length_counts, order refs, pad, lengths refs)``: ``[(metadata.json entry,
-    PackedCounts)]`` in shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its
-    slice of the plan order, the pad-to-longest baseline in tokens, and one ObjectRef per piece to its
-    lengths."""
+    Returns ``(shards, pack_length_counts, order refs, pad)``: ``[(metadata.json entry, PackedCounts)]`` in
+    shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its slice of the plan
+    order, and the pad-to-longest baseline in tokens. Per piece the driver keeps only its stats: each wave's
+    references are dropped when the wave is written (Ray then frees the tasks' lineage too)."""
     from ..plan import HistogramPlan
 
-    pieces, jobs, options = work
     hist = isinstance(plan, HistogramPlan)
     n_seq, n_packs = plan.num_sequences, plan.num_packs
     pack_bounds = shard_bounds(n_packs, per_shard)
@@ -302,12 +303,12 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
     if media:  # the pieces with media may have kept no sequence: the local engine still writes the column
         columns.setdefault(MEDIA_TYPES, np.dtype(np.int8).str)
     write = ray.remote(_write_group).options(num_returns=3)
-    results, pads, lengths = [], [], []
+    results, pads = [], []
     for w, wave in enumerate(np.array_split(np.arange(n_groups), min(waves, n_groups))):
         g0, g1 = int(wave[0]), int(wave[-1]) + 1
-        place = ray.remote(_place).options(num_returns=g1 - g0 + 2)
+        place = ray.remote(_place).options(num_returns=g1 - g0 + 1)
         cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
-        parts, seq, row = [], 0, 0
+        parts, seq, row, out = [], 0, 0, None
         for i, s in enumerate(stats):
             n = s.counts.sequences
             if n:  # a piece whose rows were all skipped or dropped sends nothing
@@ -316,14 +317,12 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
                     where = (plan_ref, (costs, cost_offsets[costs]))
                 else:
                     where = (None, pos[seq : seq + n])
-                out = place.remote(pieces[i], options, jobs[i], s.hist, *where, seq_bounds[g0 : g1 + 1], row, seq,
-                                   batch, w == 0)  # fmt: skip
+                out = place.remote(spill, i, *where, seq_bounds[g0 : g1 + 1], row, seq, batch, w == 0)
                 if hist:
                     np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
-                parts.append(out[:-2])
+                parts.append(out[:-1])
                 if w == 0:
-                    pads.append(out[-2])
-                    lengths.append(out[-1])
+                    pads.append(out[-1])
             seq, row = seq + n, row + s.counts.rows_read
         refs = []
         for g in range(g0, g1):
@@ -331,25 +330,27 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
             p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
             jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
             offsets = (
-                (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
+                (plan_ref, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
             )  # a histogram plan: the writer computes them
             job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
                            plan.algorithm, columns, media)  # fmt: skip
             refs.append(write.remote(job, *[p[g - g0] for p in parts]))
         writers.extend(r[0] for r in refs)
         results.extend(refs)
-        del parts
+        del parts, out
         ray.get([r[0] for r in refs])  # the wave is written (a failure stops here): its rows are freed
+        if w == 0:
+            pads = ray.get(pads)
     done = ray.get(writers)
     fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
     whole, edges = 0, {}
-    for share, cut in ray.get(pads):
+    for share, cut in pads:
         whole += share
         for b, longest, rows in cut:
             m, r = edges.get(b, (0, 0))
             edges[b] = (max(m, longest), r + rows)
     pad = whole + sum(m * r for m, r in edges.values())
-    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad, lengths
+    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
 
 
 __all__ = ["pack_ray"]  # pack_dataset(config=) stays importable: the PackingConfig front door of pack_ray

@@ -1,0 +1,97 @@
+"""Ray engine, spill: pass 1's tokenized, overflow-applied pieces, written once, read by every pass-2 wave.
+
+Pass 2 runs in waves so that the object store holds one wave of rows at a time; without a spill each wave
+would read and tokenize the whole input again. Pass 1 (``_ray_data``) writes each piece's
+:class:`~packwise.pipeline.Samples` and its ``(n,)`` int32 lengths (what the plan hash streams) into a folder
+packwise creates inside the run's own staging area, so the output's rules hold:
+
+- local output: ``<staging>/.packwise-spill/`` inside the output's staging directory. It is removed before
+  the commit; on failure the staging (spill included) is removed as before. Every node of a cluster must see
+  the output path already, so it sees the spill too.
+- remote output (``s3://``): ``<out>/_packwise-tmp-<id>/spill/`` on the output's own filesystem, removed
+  with the temporary prefix by the commit or the abort. Not a node-local temporary folder: the pass-2 task
+  of a piece may run on another node than the pass-1 task that wrote it, and the output's filesystem is the
+  one storage every node is known to reach. It costs one PUT and one GET per piece and wave of the token
+  bytes (~8 bytes per token plus 4 per sequence).
+
+Only files written by this run, in a folder this run created, are read back, so the Samples are pickled
+(numpy arrays and the media lists as they are).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ._ray_fs import Loc
+
+SPILL_DIR = ".packwise-spill"  # inside the local staging directory (removed before the commit)
+REMOTE_SPILL_DIR = "spill"  # inside the remote output's temporary prefix
+
+
+def spill_root(tmp):
+    """Create the spill folder inside ``tmp`` (the staging directory, or a remote temporary prefix ``Loc``)
+    and return it (a path string, or a ``Loc``)."""
+    if isinstance(tmp, Loc):
+        root = tmp.child(REMOTE_SPILL_DIR)
+        root.fs.create_dir(root.path, recursive=True)
+        return root
+    root = Path(tmp) / SPILL_DIR
+    root.mkdir()
+    return str(root)
+
+
+def _names(root, i: int) -> tuple:
+    stem = f"piece-{i:07d}"
+    if isinstance(root, Loc):
+        return root.child(f"{stem}.pkl"), root.child(f"{stem}.npy")
+    return f"{root}/{stem}.pkl", f"{root}/{stem}.npy"
+
+
+def _write(where, data: bytes | memoryview) -> None:
+    if isinstance(where, Loc):
+        with where.fs.open_output_stream(where.path) as f:
+            f.write(data)
+    else:
+        with open(where, "wb") as f:
+            f.write(data)
+
+
+def _read(where) -> bytes:
+    if isinstance(where, Loc):
+        with where.open() as f:
+            return f.read()
+    return Path(where).read_bytes()
+
+
+def write_piece(root, i: int, samples, lengths: np.ndarray) -> int:
+    """Worker: spill piece ``i``'s samples and ``(n,)`` lengths; returns the bytes written."""
+    data, lens = _names(root, i)
+    blob = pickle.dumps(samples, protocol=5)
+    _write(data, blob)
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(lengths, dtype=np.int32), allow_pickle=False)
+    _write(lens, buf.getbuffer())
+    return len(blob) + buf.getbuffer().nbytes
+
+
+def read_piece(root, i: int):
+    """Worker: piece ``i``'s :class:`~packwise.pipeline.Samples`, as pass 1 spilled them."""
+    return pickle.loads(_read(_names(root, i)[0]))
+
+
+def read_lengths(root, i: int) -> np.ndarray:
+    """Worker: piece ``i``'s ``(n,)`` int32 lengths (after overflow), as pass 1 spilled them."""
+    return np.load(io.BytesIO(_read(_names(root, i)[1])), allow_pickle=False)
+
+
+def remove(root) -> None:
+    """Driver: the spill folder and what this run wrote into it (it holds nothing else)."""
+    if isinstance(root, Loc):
+        root.fs.delete_dir(root.path)
+    else:
+        shutil.rmtree(root)
