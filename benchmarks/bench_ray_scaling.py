@@ -70,7 +70,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
 
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     spill = Path(ray._private.worker._global_node.get_session_dir_path())
-    peak = {"shm": 0, "spill": 0, "anon": 0, "own_shm": 0}
+    peak = {"shm": 0, "spill": 0, "anon": 0, "own_shm": 0, "pw_spill": 0}
     stop = threading.Event()
 
     def shm_used() -> int:
@@ -87,6 +87,8 @@ def run_one(path: str, out: str, cpus: int) -> dict:
                 peak["own_shm"] = max(peak["own_shm"], mine["RssShmem"])
                 spilled = sum(p.stat().st_size for p in spill.rglob("*spilled*/*") if p.is_file())
                 peak["spill"] = max(peak["spill"], spilled)
+                ours = sum(p.stat().st_size for p in Path(out).glob(".packwise-staging-*/.packwise-spill/*"))
+                peak["pw_spill"] = max(peak["pw_spill"], ours)
             except OSError:
                 pass
             time.sleep(0.2)
@@ -110,6 +112,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
         round(traced / 2**20, 1), "driver_rss_rise_mb": round(max(0, maxrss - rss0) / 1024, 1), "driver_peak_rss_mb": round(maxrss / 1024),
         "driver_peak_private_mb": round(peak["anon"] / 2**20), "driver_peak_shared_mb": round(peak["own_shm"] / 2**20),
         "object_store_peak_mb": round(peak["shm"] / 2**20, 1), "spilled_peak_mb": round(peak["spill"] / 2**20, 1),
+        "packwise_spill_mb": round(peak["pw_spill"] / 2**20, 1),
         "plan_hash": report.plan_hash[:16], "timings": {k: round(v, 2) for k, v in report.timings.items()},
     }  # fmt: skip
 
@@ -135,6 +138,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1e6,4e6,16e6")
     ap.add_argument("--cpus", default="1,2")
     ap.add_argument("--local-upto", type=float, default=4e6, help="also run the local engine up to this size")
+    ap.add_argument("--inputs", help="keep the generated input files in this folder (reused when present)")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--local", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -146,10 +150,13 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         for rows in (int(float(r)) for r in args.rows.split(",")):
-            path = Path(d) / f"rows-{rows}.parquet"
-            t = time.perf_counter()
-            tokens = make_input(path, rows)
-            print(f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True)
+            path = Path(args.inputs or d) / f"rows-{rows}.parquet"
+            if not path.exists():
+                t = time.perf_counter()
+                tokens = make_input(path, rows)
+                print(
+                    f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True
+                )
             local = str(Path(d) / f"out-{rows}-local")
             if rows <= args.local_upto:
                 cmd = [sys.executable, __file__, "--local", str(path), local]
