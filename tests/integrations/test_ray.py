@@ -379,16 +379,16 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     same_files(tmp_path / "ray", tmp_path / "local")
 
 
-def test_waves_when_the_rows_exceed_the_store_budget(rows, qwen, tmp_path, monkeypatch):
-    """A store budget of 60 KB for ~700 KB of token bytes: pass 2 runs in >= 8 waves of writer groups, each
-    sending only its groups' rows; every wave reads pass 1's spill, never the input (the input is replaced
-    by other rows once pass 1 is done), and the files are still the local engine's."""
+def test_second_pass_reads_the_spill_not_the_input(rows, qwen, tmp_path, monkeypatch):
+    """Pass 2 reads pass 1's spill, never the input (the input is replaced by other rows once pass 1 is
+    done): one place task per piece, rows handed to the writers through the spill folder, which is gone
+    from the output; the files are still the local engine's."""
     import uuid
 
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    local = local_output(path, tmp_path / "local", tokenizer=qwen, capacity=512, overflow="split", packs_per_shard=10)
-    monkeypatch.setattr(ray_engine, "store_budget", lambda ray: 60_000)
+    options = {"capacity": 512, "overflow": "split", "packs_per_shard": 10}
+    local = local_output(path, tmp_path / "local", tokenizer=qwen, **options)
     marks, real, assemble = tmp_path / "marks", ray_engine._place, ray_engine._assemble
     marks.mkdir()
 
@@ -397,18 +397,17 @@ def test_waves_when_the_rows_exceed_the_store_budget(rows, qwen, tmp_path, monke
         return real(*args)
 
     def input_changed(ray, plan, stats, spill, *args):  # the driver, after pass 1 and the plan
-        assert sorted(p.suffix for p in (tmp_path / "ray").glob(".packwise-staging*/.packwise-spill/*"))[:1] == [".npy"]
+        spilled = sorted(p.name for p in (tmp_path / "ray").glob(".packwise-staging*/.packwise-spill/*"))
+        assert spilled[:2] == ["piece-0000000.npy", "piece-0000000.pkl"] and len(spilled) == 2 * len(stats)
         path.write_text("".join(json.dumps({"messages": rows[0]["messages"][:2]}) + "\n" for _ in rows))
         return assemble(ray, plan, stats, spill, *args)
 
     monkeypatch.setattr(ray_engine, "_place", counted)
     monkeypatch.setattr(ray_engine, "_assemble", input_changed)
-    report = pack_ray(path, tmp_path / "ray", tokenizer="qwen2.5", capacity=512, overflow="split", packs_per_shard=10)
+    report = pack_ray(path, tmp_path / "ray", tokenizer="qwen2.5", **options)
     assert metadata(report) == metadata(local)
     same_files(tmp_path / "ray", tmp_path / "local")  # the spill folder is gone
-    tasks = len(list(marks.iterdir()))
-    assert tasks >= 8 * 8  # 8 pieces (200 rows on 2 CPUs) read from the spill in each of >= 8 waves
-    assert tasks % 8 == 0
+    assert len(list(marks.iterdir())) == 8  # 8 pieces (200 rows on 2 CPUs), each placed once
 
 
 def test_spill_round_trip(tmp_path):

@@ -40,7 +40,7 @@ def _stats_batch(batch: dict, *, pieces: list, options: PackOptions, jobs: list[
         if jobs[i].keep_lengths and lengths is not None:
             stats.lengths = lengths
         if jobs[i].spill is not None and samples is not None:
-            stats.spilled = write_piece(jobs[i].spill, i, samples, lengths)
+            write_piece(jobs[i].spill, i, samples, lengths)
         out.append(pickle.dumps(stats, protocol=5))
     return {"piece": batch["piece"], "stats": np.array(out, dtype=object)}
 

@@ -89,6 +89,31 @@ def read_lengths(root, i: int) -> np.ndarray:
     return np.load(io.BytesIO(_read(_names(root, i)[1])), allow_pickle=False)
 
 
+def _part(root, g: int, i: int):
+    name = f"g{g:06d}/piece-{i:07d}.pkl"
+    return root.child(name) if isinstance(root, Loc) else f"{root}/{name}"
+
+
+def write_part(root, g: int, i: int, part) -> int:
+    """Worker, pass 2: piece ``i``'s rows that land in writer group ``g``; returns the bytes written."""
+    where = _part(root, g, i)
+    if not isinstance(where, Loc):
+        Path(where).parent.mkdir(exist_ok=True)
+    blob = pickle.dumps(part, protocol=5)
+    _write(where, blob)
+    return len(blob)
+
+
+def read_parts(root, g: int) -> list:
+    """Worker, pass 2: every piece's rows for writer group ``g``, in piece (input) order."""
+    if isinstance(root, Loc):
+        found = root.child(f"g{g:06d}").list(".pkl")
+    else:
+        folder = Path(root) / f"g{g:06d}"
+        found = sorted(folder.iterdir()) if folder.is_dir() else []
+    return [pickle.loads(_read(f)) for f in found]
+
+
 def remove(root) -> None:
     """Driver: the spill folder and what this run wrote into it (it holds nothing else)."""
     if isinstance(root, Loc):

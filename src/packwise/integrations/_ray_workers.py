@@ -25,7 +25,7 @@ from ..pipeline.steps import (
 )
 from ..plan import PackPlan
 from ._ray_io import _read_piece
-from ._ray_spill import read_piece
+from ._ray_spill import read_parts, read_piece, write_part
 
 MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with media (absent from pieces without)
 
@@ -60,7 +60,6 @@ class PieceStats:
     columns: dict = field(default_factory=dict)  # per-token column -> dtype
     first_columns: list | None = None  # pre-tokenized: per-token columns of the piece's first good row
     lengths: np.ndarray | None = None  # (n,) int32, when the job keeps them
-    spilled: int = 0  # bytes of the piece's tokenized rows written to the spill folder
 
 
 def _rank(j: int, msg: str, n_parse: int, raw: RawInput) -> int:
@@ -129,12 +128,15 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
     return stats, fitted if fitted.num_sequences else None, lengths
 
 
-def _place(spill, i: int, hp, place, bounds, row_start: int, seq_start: int, batch: int, first: bool):
+def _place(spill, i: int, hp, place, bounds, row_start: int, seq_start: int, batch: int):
     """Worker, pass 2: piece ``i``'s sequences as pass 1 spilled them (``_ray_spill``: the input is not read
-    again), cut by writer group of this wave (see :func:`_split`); in the first wave also the piece's share of
-    the pad-to-longest baseline, else None."""
+    again), cut by writer group (see :func:`_split`) and written to each group's spill folder (a group that
+    gets none of them gets no file). Returns the piece's share of the pad-to-longest baseline."""
     *parts, pad = _split(read_piece(spill, i), hp, place, bounds, row_start, seq_start, batch)
-    return (*parts, pad if first else None)
+    for g, part in enumerate(parts):
+        if part is not None:
+            write_part(spill, g, i, part)
+    return pad
 
 
 def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_start: int, seq_start: int, batch: int):
@@ -200,8 +202,9 @@ class WriteJob:
     media: bool = False  # the input has media: PieceCounts.media of the pieces, as the local engine decides it
 
 
-def _write_group(job: WriteJob, *parts):
-    """Worker: execute the plan for one group of shards from the sequences the pieces sent, and write them.
+def _write_group(job: WriteJob, spill, g: int):
+    """Worker: execute the plan for shard group ``g`` from the sequences the pieces spilled for it (in piece
+    order), and write its shards.
 
     Returns ``(shards, pack_length_counts, order)``: ``[(metadata.json entry, PackedCounts)]``, ``(C+1,)``
     packs per real token count, and the group's ``(n,)`` sequence indices in plan order (the group's slice
@@ -212,7 +215,7 @@ def _write_group(job: WriteJob, *parts):
         import ray
 
         offsets = ray.get(offsets[0]).pack_offsets(np.arange(offsets[1], offsets[2] + 1))
-    parts = [p for p in parts if p is not None]
+    parts = read_parts(spill, g)
 
     def cat(values: list, dtype: str) -> np.ndarray:
         return np.concatenate([np.zeros(0, dtype), *values])

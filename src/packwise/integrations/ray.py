@@ -46,7 +46,7 @@ import numpy as np
 from ..files import claim_output
 from ..pipeline import PackOptions, PackReport, resolve_chat_template
 from ..pipeline.steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
-from ._ray_data import store_budget, tokenize_pieces
+from ._ray_data import tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
@@ -57,9 +57,9 @@ WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take 
 
 GROUP_BYTES = 2 << 30  # about the most token bytes one writer task holds
 
-#: Pass 2 reads the input once per wave: beyond this many waves a wave holds more than the store budget and
-#: Ray spills the excess to local disk (cheaper than reading the input again and again).
-MAX_WAVES = 8
+#: Pass 2 place tasks the driver keeps in flight per cluster CPU (it holds O(CPUs) task references, not
+#: O(pieces)).
+IN_FLIGHT_PER_CPU = 2
 
 
 def pack_ray(
@@ -272,14 +272,15 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
 
 
 def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Pass 2: place every piece's sequences (read from pass 1's spill) and send them to shard-group writers,
-    in waves of writer groups whose rows fit the streaming budget (``_ray_data.store_budget``), so the object
-    store holds one wave's rows at a time; each wave reads the spilled pieces again, not the input.
+    """Pass 2: each piece, read from pass 1's spill (not from the input), places its sequences and spills
+    them by shard group (``_ray_spill.write_part``); then one writer per group reads its rows and writes its
+    shards. Rows never pass through the object store or the driver. The driver keeps at most
+    :data:`IN_FLIGHT_PER_CPU` × CPUs place tasks in flight and folds each one's pad share into a running sum
+    as it finishes, so it holds O(CPUs + groups) references whatever the number of pieces.
 
     Returns ``(shards, pack_length_counts, order refs, pad)``: ``[(metadata.json entry, PackedCounts)]`` in
     shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its slice of the plan
-    order, and the pad-to-longest baseline in tokens. Per piece the driver keeps only its stats: each wave's
-    references are dropped when the wave is written (Ray then frees the tasks' lineage too)."""
+    order, and the pad-to-longest baseline in tokens."""
     from ..plan import HistogramPlan
 
     hist = isinstance(plan, HistogramPlan)
@@ -287,8 +288,7 @@ def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers:
     pack_bounds = shard_bounds(n_packs, per_shard)
     n_shards = pack_bounds.shape[0] - 1
     token_bytes = 8 * sum(int((s.hist[0].astype(np.int64) * s.hist[1]).sum()) for s in stats)  # ids + labels
-    waves = min(MAX_WAVES, max(1, math.ceil(token_bytes / store_budget(ray))))
-    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus * waves, math.ceil(token_bytes / GROUP_BYTES)))
+    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(token_bytes / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
     group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
     seq_bounds = plan.pack_offsets(group_packs) if hist else plan.offsets[group_packs]
@@ -302,53 +302,46 @@ def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers:
     media = any(s.counts.media for s in stats)  # PieceCounts.media: samples.media is not None, as the local engine
     if media:  # the pieces with media may have kept no sequence: the local engine still writes the column
         columns.setdefault(MEDIA_TYPES, np.dtype(np.int8).str)
+    place = ray.remote(_place)
+    cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+    running, seq, row, whole, edges = [], 0, 0, 0, {}
+
+    def fold(done: list) -> None:
+        nonlocal whole
+        for share, cut in ray.get(done):
+            whole += share
+            for b, longest, rows in cut:
+                m, r = edges.get(b, (0, 0))
+                edges[b] = (max(m, longest), r + rows)
+
+    for i, s in enumerate(stats):
+        n = s.counts.sequences
+        if n:  # a piece whose rows were all skipped or dropped sends nothing
+            if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
+                costs = np.unique(plan.costs_of(s.hist[0]))
+                where = (plan_ref, (costs, cost_offsets[costs]))
+                np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
+            else:
+                where = (None, pos[seq : seq + n])
+            running.append(place.remote(spill, i, *where, seq_bounds, row, seq, batch))
+            writers[:] = running  # what a failure waits for before the staging is removed
+            if len(running) >= IN_FLIGHT_PER_CPU * cpus:
+                done, running = ray.wait(running, num_returns=1)
+                fold(done)
+        seq, row = seq + n, row + s.counts.rows_read
+    fold(running)
     write = ray.remote(_write_group).options(num_returns=3)
-    results, pads = [], []
-    for w, wave in enumerate(np.array_split(np.arange(n_groups), min(waves, n_groups))):
-        g0, g1 = int(wave[0]), int(wave[-1]) + 1
-        place = ray.remote(_place).options(num_returns=g1 - g0 + 1)
-        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
-        parts, seq, row, out = [], 0, 0, None
-        for i, s in enumerate(stats):
-            n = s.counts.sequences
-            if n:  # a piece whose rows were all skipped or dropped sends nothing
-                if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
-                    costs = np.unique(plan.costs_of(s.hist[0]))
-                    where = (plan_ref, (costs, cost_offsets[costs]))
-                else:
-                    where = (None, pos[seq : seq + n])
-                out = place.remote(spill, i, *where, seq_bounds[g0 : g1 + 1], row, seq, batch, w == 0)
-                if hist:
-                    np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
-                parts.append(out[:-1])
-                if w == 0:
-                    pads.append(out[-1])
-            seq, row = seq + n, row + s.counts.rows_read
-        refs = []
-        for g in range(g0, g1):
-            shards = groups[g]
-            p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
-            jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
-            offsets = (
-                (plan_ref, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
-            )  # a histogram plan: the writer computes them
-            job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
-                           plan.algorithm, columns, media)  # fmt: skip
-            refs.append(write.remote(job, *[p[g - g0] for p in parts]))
-        writers.extend(r[0] for r in refs)
-        results.extend(refs)
-        del parts, out
-        ray.get([r[0] for r in refs])  # the wave is written (a failure stops here): its rows are freed
-        if w == 0:
-            pads = ray.get(pads)
+    results = []
+    for g, shards in enumerate(groups):
+        p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
+        jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
+        offsets = (plan_ref, p0, p1) if hist else plan.offsets[p0 : p1 + 1]  # histogram: the writer computes them
+        job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
+                       plan.algorithm, columns, media)  # fmt: skip
+        results.append(write.remote(job, spill, g))
+    writers[:] = [r[0] for r in results]
     done = ray.get(writers)
     fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
-    whole, edges = 0, {}
-    for share, cut in pads:
-        whole += share
-        for b, longest, rows in cut:
-            m, r = edges.get(b, (0, 0))
-            edges[b] = (max(m, longest), r + rows)
     pad = whole + sum(m * r for m, r in edges.values())
     return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
 
