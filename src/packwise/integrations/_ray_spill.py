@@ -1,9 +1,12 @@
 """Ray engine, spill: pass 1's tokenized, overflow-applied pieces, written once, read by every pass-2 wave.
 
-Pass 2 runs in waves so that the object store holds one wave of rows at a time; without a spill each wave
-would read and tokenize the whole input again. Pass 1 (``_ray_data``) writes each piece's
-:class:`~packwise.pipeline.Samples` and its ``(n,)`` int32 lengths (what the plan hash streams) into a folder
-packwise creates inside the run's own staging area, so the output's rules hold:
+Every pack may draw rows from anywhere in the input, so pass 2 needs pass 1's rows again. Rather than read and
+tokenize the input a second time, or hold the tokenized dataset in the object store, pass 1 (``_ray_data``)
+writes each piece's :class:`~packwise.pipeline.Samples` and its ``(n,)`` int32 lengths (what the plan hash
+streams); pass 2 reads each piece once, writes its rows into the folder of the shard group each lands in
+(``g000012/piece-0000345.pkl``) and deletes the piece's samples; each group's writer reads its folder in piece
+order. All of it lives in a folder packwise creates inside the run's own staging area, so the output's rules
+hold:
 
 - local output: ``<staging>/.packwise-spill/`` inside the output's staging directory. It is removed before
   the commit; on failure the staging (spill included) is removed as before. Every node of a cluster must see
@@ -11,8 +14,10 @@ packwise creates inside the run's own staging area, so the output's rules hold:
 - remote output (``s3://``): ``<out>/_packwise-tmp-<id>/spill/`` on the output's own filesystem, removed
   with the temporary prefix by the commit or the abort. Not a node-local temporary folder: the pass-2 task
   of a piece may run on another node than the pass-1 task that wrote it, and the output's filesystem is the
-  one storage every node is known to reach. It costs one PUT and one GET per piece and wave of the token
-  bytes (~8 bytes per token plus 4 per sequence).
+  one storage every node is known to reach. It costs two PUTs and two GETs of the token bytes.
+
+Disk: about one copy of the tokenized rows at a time (~8 bytes per token + 20 per sequence, more with extra
+per-token columns), plus 4 bytes per sequence of lengths.
 
 Only files written by this run, in a folder this run created, are read back, so the Samples are pickled
 (numpy arrays and the media lists as they are).
@@ -82,6 +87,16 @@ def write_piece(root, i: int, samples, lengths: np.ndarray) -> int:
 def read_piece(root, i: int):
     """Worker: piece ``i``'s :class:`~packwise.pipeline.Samples`, as pass 1 spilled them."""
     return pickle.loads(_read(_names(root, i)[0]))
+
+
+def drop_piece(root, i: int) -> None:
+    """Worker, pass 2: piece ``i``'s samples once its rows are in the group folders (its lengths stay, for
+    the plan hash), so the spill holds about one copy of the rows at a time."""
+    where = _names(root, i)[0]
+    if isinstance(where, Loc):
+        where.fs.delete_file(where.path)
+    else:
+        Path(where).unlink()
 
 
 def read_lengths(root, i: int) -> np.ndarray:

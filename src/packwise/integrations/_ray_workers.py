@@ -25,7 +25,7 @@ from ..pipeline.steps import (
 )
 from ..plan import PackPlan
 from ._ray_io import _read_piece
-from ._ray_spill import read_parts, read_piece, write_part
+from ._ray_spill import drop_piece, read_parts, read_piece, write_part
 
 MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with media (absent from pieces without)
 
@@ -131,11 +131,13 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
 def _place(spill, i: int, hp, place, bounds, row_start: int, seq_start: int, batch: int):
     """Worker, pass 2: piece ``i``'s sequences as pass 1 spilled them (``_ray_spill``: the input is not read
     again), cut by writer group (see :func:`_split`) and written to each group's spill folder (a group that
-    gets none of them gets no file). Returns the piece's share of the pad-to-longest baseline."""
+    gets none of them gets no file); the piece's samples are then deleted. Returns the piece's share of the
+    pad-to-longest baseline."""
     *parts, pad = _split(read_piece(spill, i), hp, place, bounds, row_start, seq_start, batch)
     for g, part in enumerate(parts):
         if part is not None:
             write_part(spill, g, i, part)
+    drop_piece(spill, i)
     return pad
 
 

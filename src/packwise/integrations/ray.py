@@ -6,25 +6,27 @@ The pipeline's own steps run (:mod:`packwise.pipeline.steps`, with one :class:`~
 this module decides where:
 
 1. Pass 1, read + tokenize + overflow, on Ray Data (``_ray_data``). The input is cut into pieces in input
-   order: JSONL byte ranges cut at line ends, Parquet row groups (sliced), row ranges of the Arrow files of a
+   order: JSONL byte ranges cut at line ends, runs of Parquet row groups, row ranges of the Arrow files of a
    saved HF dataset, ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or slices of
    in-memory rows; paths are local or on any pyarrow filesystem (``s3://...``, see ``_ray_fs``).
-   ``map_batches`` runs the steps on each piece and streams back only its counts, first bad rows and length
-   histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types and fails a whole block
-   on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte
-   ranges keep the local reader's line numbers and messages.)
+   ``map_batches`` runs the steps on each piece, spills the tokenized piece to the run's staging area
+   (``_ray_spill``) and streams back only its counts, first bad rows and length histogram. (JSONL is not read
+   with ``ray.data.read_json``, which infers Arrow types and fails a whole block on one bad row, nor with
+   ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte ranges keep the local
+   reader's line numbers and messages.)
 2. Plan, on the driver, from the summed histogram (``plan_from_histogram``): pack templates, O(C + templates)
    memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them the ``(N,)``
    lengths come to the driver and ``plan`` runs :func:`packwise.plan.plan_packs`.)
-3. Pass 2, place + execute + write, on Ray tasks. Each piece is tokenized again (the histogram must match
-   pass 1's), places its own sequences from the templates and its per-length offsets (sequences of each
-   length in earlier pieces) and sends them to the writer of their shard group, which runs ``execute`` and
-   ``write_shard`` into a temporary directory (or prefix). Writer groups run in waves whose rows fit the
-   store budget (``_ray_data.STORE_FRACTION`` of the object store): one wave unless the data is larger.
+3. Pass 2, place + execute + write, on Ray tasks. Each piece is read back from the spill (the input is read
+   and tokenized once), places its own sequences from the templates and its per-length offsets (sequences
+   of each length in earlier pieces) and spills them into the folder of their shard group; then each
+   group's writer reads its rows, runs ``execute`` and ``write_shard`` into a temporary directory (or
+   prefix). Rows never pass through the object store or the driver; the driver keeps a bounded number of
+   tasks in flight.
 4. Commit, on the driver. The plan hash is streamed from the pieces' lengths and the writers' slices of the
    plan order; ``build_report`` merges the counts; ``metadata.json`` is written and the directory renamed
    into place (remote: shards moved from the temporary prefix, ``metadata.json`` last); a failed run leaves
-   no partial output.
+   no partial output. The spill is removed before the commit (or with the staging on failure).
 
 On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), either install packwise (with the
 ``hf`` extra for text input) on every node, or pass ``runtime_env={"py_modules": [packwise.__path__[0]],
