@@ -57,36 +57,38 @@ def _names(root, i: int) -> tuple:
     return f"{root}/{stem}.pkl", f"{root}/{stem}.npy"
 
 
-def _write(where, data: bytes | memoryview) -> None:
-    if isinstance(where, Loc):
-        with where.fs.open_output_stream(where.path) as f:
-            f.write(data)
-    else:
-        with open(where, "wb") as f:
-            f.write(data)
+def _open_write(where):
+    return where.fs.open_output_stream(where.path) if isinstance(where, Loc) else open(where, "wb")
 
 
-def _read(where) -> bytes:
+def _dump(where, obj) -> int:
+    """Pickle ``obj`` straight into the file (large arrays are written from their own memory, not copied
+    into one bytes object first); returns the bytes written."""
+    with _open_write(where) as f:
+        pickle.dump(obj, f, protocol=5)
+        return f.tell()
+
+
+def _load(where):
     if isinstance(where, Loc):
         with where.open() as f:
-            return f.read()
-    return Path(where).read_bytes()
+            return pickle.loads(f.read_buffer())
+    with open(where, "rb") as f:
+        return pickle.load(f)
 
 
 def write_piece(root, i: int, samples, lengths: np.ndarray) -> int:
     """Worker: spill piece ``i``'s samples and ``(n,)`` lengths; returns the bytes written."""
     data, lens = _names(root, i)
-    blob = pickle.dumps(samples, protocol=5)
-    _write(data, blob)
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(lengths, dtype=np.int32), allow_pickle=False)
-    _write(lens, buf.getbuffer())
-    return len(blob) + buf.getbuffer().nbytes
+    with _open_write(lens) as f:
+        np.save(f, np.ascontiguousarray(lengths, dtype=np.int32), allow_pickle=False)
+        written = f.tell()
+    return _dump(data, samples) + written
 
 
 def read_piece(root, i: int):
     """Worker: piece ``i``'s :class:`~packwise.pipeline.Samples`, as pass 1 spilled them."""
-    return pickle.loads(_read(_names(root, i)[0]))
+    return _load(_names(root, i)[0])
 
 
 def drop_piece(root, i: int) -> None:
@@ -101,7 +103,11 @@ def drop_piece(root, i: int) -> None:
 
 def read_lengths(root, i: int) -> np.ndarray:
     """Worker: piece ``i``'s ``(n,)`` int32 lengths (after overflow), as pass 1 spilled them."""
-    return np.load(io.BytesIO(_read(_names(root, i)[1])), allow_pickle=False)
+    where = _names(root, i)[1]
+    if isinstance(where, Loc):
+        with where.open() as f:
+            return np.load(io.BytesIO(f.read()), allow_pickle=False)
+    return np.load(where, allow_pickle=False)
 
 
 def _part(root, g: int, i: int):
@@ -109,14 +115,18 @@ def _part(root, g: int, i: int):
     return root.child(name) if isinstance(root, Loc) else f"{root}/{name}"
 
 
+def group_folders(root, n: int) -> None:
+    """Driver: the folders of writer groups ``0 .. n-1`` (before any place task writes into them)."""
+    for g in range(n):
+        if isinstance(root, Loc):
+            root.fs.create_dir(root.child(f"g{g:06d}").path, recursive=True)
+        else:
+            (Path(root) / f"g{g:06d}").mkdir()
+
+
 def write_part(root, g: int, i: int, part) -> int:
     """Worker, pass 2: piece ``i``'s rows that land in writer group ``g``; returns the bytes written."""
-    where = _part(root, g, i)
-    if not isinstance(where, Loc):
-        Path(where).parent.mkdir(exist_ok=True)
-    blob = pickle.dumps(part, protocol=5)
-    _write(where, blob)
-    return len(blob)
+    return _dump(_part(root, g, i), part)
 
 
 def read_parts(root, g: int) -> list:
@@ -126,7 +136,7 @@ def read_parts(root, g: int) -> list:
     else:
         folder = Path(root) / f"g{g:06d}"
         found = sorted(folder.iterdir()) if folder.is_dir() else []
-    return [pickle.loads(_read(f)) for f in found]
+    return [_load(f) for f in found]
 
 
 def remove(root) -> None:

@@ -52,7 +52,7 @@ from ._ray_data import tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_spill import remove, spill_root
+from ._ray_spill import group_folders, remove, spill_root
 from ._ray_workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
@@ -304,6 +304,7 @@ def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers:
     media = any(s.counts.media for s in stats)  # PieceCounts.media: samples.media is not None, as the local engine
     if media:  # the pieces with media may have kept no sequence: the local engine still writes the column
         columns.setdefault(MEDIA_TYPES, np.dtype(np.int8).str)
+    group_folders(spill, n_groups)
     place = ray.remote(_place)
     cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
     running, seq, row, whole, edges = [], 0, 0, 0, {}
