@@ -1,6 +1,6 @@
 """Ray engine scaling: driver memory, rows/s and object-store use at 1 M, 4 M, 16 M pre-tokenized rows.
 
-    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2 [--local-upto 4e6]
+    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2 [--local-upto 4e6] [--inputs DIR]
 
 Input: one Parquet file per size, ``input_ids`` of lognormal(2.5, 0.8) lengths clipped to [1, 256] (median 12,
 mean 17 tokens: short rows, so 16 M rows fit this 2-core, 24 GB machine), random ids below 150,000, row groups
@@ -14,6 +14,8 @@ of 65,536. Each run is a fresh process: ``ray.init(num_cpus=k)`` then ``pack_ray
 - object store: the peak rise of ``/dev/shm`` use over its use before ``pack_ray`` (plasma lives there;
   sampled every 0.2 s; the machine is shared, so other Ray sessions add noise) and the bytes in the session's
   spill directory at their peak;
+- packwise's spill: the peak bytes in the output's ``.packwise-spill`` folder (pass 1's tokenized pieces and
+  pass 2's per-group rows; sampled every 0.2 s);
 - rows/s: rows / wall time of ``pack_ray`` (workers warmed on a 1,000-row run first);
 - equality: up to ``--local-upto`` rows the local engine packs the same file in its own process, and every
   output file of each Ray run is compared with its output byte for byte.
@@ -87,7 +89,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
                 peak["own_shm"] = max(peak["own_shm"], mine["RssShmem"])
                 spilled = sum(p.stat().st_size for p in spill.rglob("*spilled*/*") if p.is_file())
                 peak["spill"] = max(peak["spill"], spilled)
-                ours = sum(p.stat().st_size for p in Path(out).glob(".packwise-staging-*/.packwise-spill/*"))
+                ours = sum(p.stat().st_size for p in Path(out).glob(".packwise-staging-*/.packwise-spill/**/*.*"))
                 peak["pw_spill"] = max(peak["pw_spill"], ours)
             except OSError:
                 pass
