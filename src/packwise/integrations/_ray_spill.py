@@ -1,4 +1,4 @@
-"""Ray engine, spill: pass 1's tokenized, overflow-applied pieces, written once, read by every pass-2 wave.
+"""Ray engine, spill: pass 1's tokenized, overflow-applied pieces, written once and read back by pass 2.
 
 Every pack may draw rows from anywhere in the input, so pass 2 needs pass 1's rows again. Rather than read and
 tokenize the input a second time, or hold the tokenized dataset in the object store, pass 1 (``_ray_data``)

@@ -91,7 +91,9 @@ def pack_ray(
             default, ``chitchat_input()``). Rows hold ``messages``, ``prompt`` + ``completion``, or
             ``input_ids`` (+ ``labels``/``loss_mask`` and per-token columns).
         output: output directory (local path or URI); must be empty unless ``overwrite`` (remote output must
-            be an empty or new prefix: packwise does not replace remote objects).
+            be an empty or new prefix: packwise does not replace remote objects). While the run lasts, the
+            tokenized rows are spilled inside ``output``'s staging area (about one copy of them: ~8 bytes per
+            token), and removed before the commit.
         options: a :class:`~packwise.pipeline.PackOptions`; ``**fields`` (its field names: ``capacity``,
             ``tokenizer``, ``algorithm``, ...) build one or replace its values, so
             ``**PackingConfig.pipeline_kwargs()`` fits. ``tokenizer`` may also be a tokenizer object.
