@@ -410,9 +410,15 @@ def test_second_pass_reads_the_spill_not_the_input(rows, qwen, tmp_path, monkeyp
     assert len(list(marks.iterdir())) == 8  # 8 pieces (200 rows on 2 CPUs), each placed once
 
 
-def test_spill_round_trip(tmp_path):
-    """A piece's samples and lengths come back from the spill as pass 1 wrote them; the folder is removed."""
+@pytest.mark.parametrize("on", ["path", "pyarrow"])
+def test_spill_round_trip(on, tmp_path):
+    """A piece's samples and lengths, and pass 2's per-group parts (in piece order), come back from the
+    spill as written, on a local path or a pyarrow filesystem (the remote code path); the folder is
+    removed with everything in it."""
+    import pyarrow.fs as pafs
+
     from packwise.integrations import _ray_spill
+    from packwise.integrations._ray_fs import Loc
     from packwise.pipeline import Samples
 
     samples = Samples(
@@ -420,13 +426,22 @@ def test_spill_round_trip(tmp_path):
         np.array([3, 7]), {"mm_token_type_ids": np.zeros(5, np.int8)},
     )  # fmt: skip
     samples.media = [[("a.png", (1, 2, 2))], []]
-    root = _ray_spill.spill_root(tmp_path)
+    tmp = tmp_path if on == "path" else Loc(pafs.LocalFileSystem(), str(tmp_path), "remote")
+    root = _ray_spill.spill_root(tmp)
     written = _ray_spill.write_piece(root, 4, samples, samples.lengths)
-    assert written == sum(p.stat().st_size for p in (tmp_path / ".packwise-spill").iterdir())
+    spill = tmp_path / (_ray_spill.SPILL_DIR if on == "path" else _ray_spill.REMOTE_SPILL_DIR)
+    assert written == sum(p.stat().st_size for p in spill.iterdir())
     back = _ray_spill.read_piece(root, 4)
     assert back.media == samples.media and back.columns.keys() == samples.columns.keys()
     for name in ("ids", "labels", "offsets", "source"):
         np.testing.assert_array_equal(getattr(back, name), getattr(samples, name))
     assert _ray_spill.read_lengths(root, 4).tolist() == [2, 3]
+    _ray_spill.group_folders(root, 2)
+    for i in (11, 3, 7):
+        _ray_spill.write_part(root, 1, i, ("part", i))
+    assert _ray_spill.read_parts(root, 1) == [("part", 3), ("part", 7), ("part", 11)]
+    assert _ray_spill.read_parts(root, 0) == []
+    _ray_spill.drop_piece(root, 4)
+    assert sorted(p.name for p in spill.iterdir() if p.is_file()) == ["piece-0000004.npy"]
     _ray_spill.remove(root)
     assert list(tmp_path.iterdir()) == []
