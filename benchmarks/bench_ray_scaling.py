@@ -1,6 +1,6 @@
 """Ray engine scaling: driver memory, rows/s and object-store use at 1 M, 4 M, 16 M pre-tokenized rows.
 
-    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2 [--local-upto 4e6]
+    python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2 [--local-upto 4e6] [--inputs DIR]
 
 Input: one Parquet file per size, ``input_ids`` of lognormal(2.5, 0.8) lengths clipped to [1, 256] (median 12,
 mean 17 tokens: short rows, so 16 M rows fit this 2-core, 24 GB machine), random ids below 150,000, row groups
@@ -14,6 +14,8 @@ of 65,536. Each run is a fresh process: ``ray.init(num_cpus=k)`` then ``pack_ray
 - object store: the peak rise of ``/dev/shm`` use over its use before ``pack_ray`` (plasma lives there;
   sampled every 0.2 s; the machine is shared, so other Ray sessions add noise) and the bytes in the session's
   spill directory at their peak;
+- packwise's spill: the peak bytes in the output's ``.packwise-spill`` folder (pass 1's tokenized pieces and
+  pass 2's per-group rows; sampled every 0.2 s);
 - rows/s: rows / wall time of ``pack_ray`` (workers warmed on a 1,000-row run first);
 - equality: up to ``--local-upto`` rows the local engine packs the same file in its own process, and every
   output file of each Ray run is compared with its output byte for byte.
@@ -70,7 +72,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
 
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     spill = Path(ray._private.worker._global_node.get_session_dir_path())
-    peak = {"shm": 0, "spill": 0, "anon": 0, "own_shm": 0}
+    peak = {"shm": 0, "spill": 0, "anon": 0, "own_shm": 0, "pw_spill": 0}
     stop = threading.Event()
 
     def shm_used() -> int:
@@ -87,6 +89,8 @@ def run_one(path: str, out: str, cpus: int) -> dict:
                 peak["own_shm"] = max(peak["own_shm"], mine["RssShmem"])
                 spilled = sum(p.stat().st_size for p in spill.rglob("*spilled*/*") if p.is_file())
                 peak["spill"] = max(peak["spill"], spilled)
+                ours = sum(p.stat().st_size for p in Path(out).glob(".packwise-staging-*/.packwise-spill/**/*.*"))
+                peak["pw_spill"] = max(peak["pw_spill"], ours)
             except OSError:
                 pass
             time.sleep(0.2)
@@ -110,6 +114,7 @@ def run_one(path: str, out: str, cpus: int) -> dict:
         round(traced / 2**20, 1), "driver_rss_rise_mb": round(max(0, maxrss - rss0) / 1024, 1), "driver_peak_rss_mb": round(maxrss / 1024),
         "driver_peak_private_mb": round(peak["anon"] / 2**20), "driver_peak_shared_mb": round(peak["own_shm"] / 2**20),
         "object_store_peak_mb": round(peak["shm"] / 2**20, 1), "spilled_peak_mb": round(peak["spill"] / 2**20, 1),
+        "packwise_spill_mb": round(peak["pw_spill"] / 2**20, 1),
         "plan_hash": report.plan_hash[:16], "timings": {k: round(v, 2) for k, v in report.timings.items()},
     }  # fmt: skip
 
@@ -135,6 +140,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1e6,4e6,16e6")
     ap.add_argument("--cpus", default="1,2")
     ap.add_argument("--local-upto", type=float, default=4e6, help="also run the local engine up to this size")
+    ap.add_argument("--inputs", help="keep the generated input files in this folder (reused when present)")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--local", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -146,10 +152,13 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         for rows in (int(float(r)) for r in args.rows.split(",")):
-            path = Path(d) / f"rows-{rows}.parquet"
-            t = time.perf_counter()
-            tokens = make_input(path, rows)
-            print(f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True)
+            path = Path(args.inputs or d) / f"rows-{rows}.parquet"
+            if not path.exists():
+                t = time.perf_counter()
+                tokens = make_input(path, rows)
+                print(
+                    f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True
+                )
             local = str(Path(d) / f"out-{rows}-local")
             if rows <= args.local_upto:
                 cmd = [sys.executable, __file__, "--local", str(path), local]

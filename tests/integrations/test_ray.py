@@ -379,41 +379,69 @@ def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     same_files(tmp_path / "ray", tmp_path / "local")
 
 
-def test_waves_when_the_rows_exceed_the_store_budget(rows, qwen, tmp_path, monkeypatch):
-    """A store budget of 60 KB for ~700 KB of token bytes: pass 2 runs in waves of writer groups (each wave
-    tokenizes the pieces again and sends only its groups' rows), and the files are still the local engine's."""
+def test_second_pass_reads_the_spill_not_the_input(rows, qwen, tmp_path, monkeypatch):
+    """Pass 2 reads pass 1's spill, never the input (the input is replaced by other rows once pass 1 is
+    done): one place task per piece, rows handed to the writers through the spill folder, which is gone
+    from the output; the files are still the local engine's."""
     import uuid
 
-    monkeypatch.setattr(ray_engine, "store_budget", lambda ray: 60_000)
-    marks, real = tmp_path / "marks", ray_engine._place
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = {"capacity": 512, "overflow": "split", "packs_per_shard": 10}
+    local = local_output(path, tmp_path / "local", tokenizer=qwen, **options)
+    marks, real, assemble = tmp_path / "marks", ray_engine._place, ray_engine._assemble
     marks.mkdir()
 
     def counted(*args):  # runs on a worker (same machine): one file per pass-2 task
         (marks / uuid.uuid4().hex).touch()
         return real(*args)
 
+    def input_changed(ray, plan, stats, spill, *args):  # the driver, after pass 1 and the plan
+        spilled = sorted(p.name for p in (tmp_path / "ray").glob(".packwise-staging*/.packwise-spill/*"))
+        assert spilled[:2] == ["piece-0000000.npy", "piece-0000000.pkl"] and len(spilled) == 2 * len(stats)
+        path.write_text("".join(json.dumps({"messages": rows[0]["messages"][:2]}) + "\n" for _ in rows))
+        return assemble(ray, plan, stats, spill, *args)
+
     monkeypatch.setattr(ray_engine, "_place", counted)
-    options = {"capacity": 512, "overflow": "split", "packs_per_shard": 10}
-    report = pack_ray(rows, tmp_path / "ray", tokenizer="qwen2.5", **options)
-    local = local_output(rows, tmp_path / "local", tokenizer=qwen, **options)
+    monkeypatch.setattr(ray_engine, "_assemble", input_changed)
+    report = pack_ray(path, tmp_path / "ray", tokenizer="qwen2.5", **options)
     assert metadata(report) == metadata(local)
-    same_files(tmp_path / "ray", tmp_path / "local")
-    tasks = len(list(marks.iterdir()))
-    assert tasks >= 8 * 8  # 8 pieces (200 rows on 2 CPUs), each tokenized again in each of >= 8 waves
-    assert tasks % 8 == 0
+    same_files(tmp_path / "ray", tmp_path / "local")  # the spill folder is gone
+    assert len(list(marks.iterdir())) == 8  # 8 pieces (200 rows on 2 CPUs), each placed once
 
 
-def test_second_pass_refuses_an_input_that_changed(tmp_path):
-    from packwise.integrations._ray_workers import PieceJob, _place
-    from packwise.pipeline import PackOptions
+@pytest.mark.parametrize("on", ["path", "pyarrow"])
+def test_spill_round_trip(on, tmp_path):
+    """A piece's samples and lengths, and pass 2's per-group parts (in piece order), come back from the
+    spill as written, on a local path or a pyarrow filesystem (the remote code path); the folder is
+    removed with everything in it."""
+    import pyarrow.fs as pafs
 
-    rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
-    piece = ("rows", rows, (0,))
-    job = PieceJob("list", "tokens", None, digest_rows=False)
-    seen = (np.array([2, 3], np.int32), np.array([1, 1], np.int64))
-    bounds = np.array([0, 2])
-    parts = _place(piece, PackOptions(capacity=8), job, seen, None, np.array([0, 1]), bounds, 0, 0, 1, True)
-    assert parts[0][0].num_sequences == 2 and parts[-1].tolist() == [3, 2]
-    changed = (np.array([2, 4], np.int32), np.array([1, 1], np.int64))  # pass 1 saw other lengths
-    with pytest.raises(RuntimeError, match=r"list: rows 0\+ read differently in the second pass \(its sequence"):
-        _place(piece, PackOptions(capacity=8), job, changed, None, np.array([0, 1]), bounds, 0, 0, 1, True)
+    from packwise.integrations import _ray_spill
+    from packwise.integrations._ray_fs import Loc
+    from packwise.pipeline import Samples
+
+    samples = Samples(
+        np.arange(5, dtype=np.int32), np.array([-100, 1, 2, -100, 4], np.int32), np.array([0, 2, 5]),
+        np.array([3, 7]), {"mm_token_type_ids": np.zeros(5, np.int8)},
+    )  # fmt: skip
+    samples.media = [[("a.png", (1, 2, 2))], []]
+    tmp = tmp_path if on == "path" else Loc(pafs.LocalFileSystem(), str(tmp_path), "remote")
+    root = _ray_spill.spill_root(tmp)
+    written = _ray_spill.write_piece(root, 4, samples, samples.lengths)
+    spill = tmp_path / (_ray_spill.SPILL_DIR if on == "path" else _ray_spill.REMOTE_SPILL_DIR)
+    assert written == sum(p.stat().st_size for p in spill.iterdir())
+    back = _ray_spill.read_piece(root, 4)
+    assert back.media == samples.media and back.columns.keys() == samples.columns.keys()
+    for name in ("ids", "labels", "offsets", "source"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(samples, name))
+    assert _ray_spill.read_lengths(root, 4).tolist() == [2, 3]
+    _ray_spill.group_folders(root, 2)
+    for i in (11, 3, 7):
+        _ray_spill.write_part(root, 1, i, ("part", i))
+    assert _ray_spill.read_parts(root, 1) == [("part", 3), ("part", 7), ("part", 11)]
+    assert _ray_spill.read_parts(root, 0) == []
+    _ray_spill.drop_piece(root, 4)
+    assert sorted(p.name for p in spill.iterdir() if p.is_file()) == ["piece-0000004.npy"]
+    _ray_spill.remove(root)
+    assert list(tmp_path.iterdir()) == []

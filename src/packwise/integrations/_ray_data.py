@@ -1,14 +1,13 @@
 """Ray engine, pass 1 on Ray Data: read + tokenize + overflow every piece in ``map_batches``, streaming.
 
-The pieces (JSONL byte ranges, Parquet row groups, Arrow file ranges, in-memory or ``ray.data`` blocks; see
-``_ray_io``) become a Ray Dataset of piece numbers; ``map_batches`` runs the pipeline's read, tokenize and
+The pieces (JSONL byte ranges, Parquet row-group runs, Arrow file ranges, in-memory or ``ray.data`` blocks;
+see ``_ray_io``) become a Ray Dataset of piece numbers; ``map_batches`` runs the pipeline's read, tokenize and
 overflow steps on one piece per batch (``_ray_workers._tokenize``: packwise's own readers, so bad rows are
-named by file, line and field as the local engine names them) and emits only the piece's small
-:class:`~packwise.integrations._ray_workers.PieceStats` (counts, first bad rows, length histogram). The
-tokenized rows are dropped: pass 2 (``ray._assemble``) tokenizes each piece again where it places and sends
-its rows, so the object store never holds the whole tokenized dataset. Ray Data streams the pieces with its
-object-store limit set to :data:`STORE_FRACTION` of the cluster's store (``DataContext`` resource limits,
-restored afterwards); the driver receives O(pieces × distinct lengths).
+named by file, line and field as the local engine names them), spills the tokenized piece to the run's
+staging area (``_ray_spill``: pass 2 reads it there, not the input) and emits only the piece's small
+:class:`~packwise.integrations._ray_workers.PieceStats` (counts, first bad rows, length histogram). Ray Data
+streams the pieces with its object-store limit set to :data:`STORE_FRACTION` of the cluster's store
+(``DataContext`` resource limits, restored afterwards); the driver receives O(pieces × distinct lengths).
 """
 
 from __future__ import annotations
@@ -18,15 +17,15 @@ import pickle
 import numpy as np
 
 from ..pipeline import PackOptions
+from ._ray_spill import write_piece
 from ._ray_workers import PieceJob, PieceStats, _tokenize
 
-#: Share of the cluster's object store that packwise's streaming stages may fill (Ray Data's limit in pass
-#: 1, the wave size of pass 2).
+#: Share of the cluster's object store that pass 1 (Ray Data's resource limit) may fill.
 STORE_FRACTION = 0.5
 
 
 def store_budget(ray) -> int:
-    """Bytes of object store the streaming stages may use: :data:`STORE_FRACTION` of the cluster's."""
+    """Bytes of object store pass 1 may use: :data:`STORE_FRACTION` of the cluster's."""
     return max(1 << 20, int(ray.cluster_resources().get("object_store_memory", 1 << 30) * STORE_FRACTION))
 
 
@@ -35,9 +34,11 @@ def _stats_batch(batch: dict, *, pieces: list, options: PackOptions, jobs: list[
     their :class:`PieceStats`, pickled (a few KB each)."""
     out = []
     for i in batch["piece"].tolist():
-        stats, _, lengths = _tokenize(*pieces[i], options, jobs[i], i == 0)
+        stats, samples, lengths = _tokenize(*pieces[i], options, jobs[i], i == 0)
         if jobs[i].keep_lengths and lengths is not None:
             stats.lengths = lengths
+        if jobs[i].spill is not None and samples is not None:
+            write_piece(jobs[i].spill, i, samples, lengths)
         out.append(pickle.dumps(stats, protocol=5))
     return {"piece": batch["piece"], "stats": np.array(out, dtype=object)}
 

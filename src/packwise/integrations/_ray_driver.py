@@ -8,6 +8,7 @@ from ..files import metadata_text, write_metadata
 from ..pipeline import PackOptions, PackReport
 from ..pipeline.steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
 from ._ray_fs import RemoteOutput
+from ._ray_spill import read_lengths
 from ._ray_workers import MEDIA_TYPES, PieceStats
 
 
@@ -46,19 +47,20 @@ def _plan(stats: list[PieceStats], options: PackOptions):
     return plan_from_histogram(counts, options)
 
 
-def _plan_hash(ray, plan, lengths: list, order: list) -> str:
-    """``PackPlan.plan_hash``. For a histogram plan one worker task streams it from the pieces' lengths and the
-    writers' slices of the plan order, one object at a time: O(N) time in that task, O(piece) memory, and the
-    driver never reads per-row data from the object store (its memory stays flat)."""
+def _plan_hash(ray, plan, spill, pieces: list[int], order: list) -> str:
+    """``PackPlan.plan_hash``. For a histogram plan one worker task streams it from the lengths pass 1 spilled
+    (pieces numbered ``pieces``, in input order) and the writers' slices of the plan order, one at a time: O(N)
+    time in that task, O(piece) memory, and the driver never reads per-row data (its memory stays flat)."""
     from ..plan import HistogramPlan
 
     if not isinstance(plan, HistogramPlan):
         return plan.plan_hash()
-    return ray.get(ray.remote(_stream_hash).remote(plan, [r for r in lengths if r is not None], order))
+    return ray.get(ray.remote(_stream_hash).remote(plan, spill, pieces, order))
 
 
-def _stream_hash(plan, lengths: list, order: list) -> str:
-    """Worker: the plan hash from lists of ObjectRefs (fetched and released one by one)."""
+def _stream_hash(plan, spill, pieces: list[int], order: list) -> str:
+    """Worker: the plan hash from the spilled lengths and a list of ObjectRefs (fetched and released one by
+    one)."""
     import ray
 
     def consume(refs: list):
@@ -66,7 +68,7 @@ def _stream_hash(plan, lengths: list, order: list) -> str:
         while refs:
             yield ray.get(refs.pop())
 
-    return plan.plan_hash(consume(list(lengths)), consume(list(order)))
+    return plan.plan_hash((read_lengths(spill, i) for i in pieces), consume(list(order)))
 
 
 def _metrics(plan, fills: np.ndarray, pad: int):

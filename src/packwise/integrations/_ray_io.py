@@ -130,22 +130,23 @@ def _remote_source(ray, loc: Loc, fmt: str | None, skip: bool, cpus: int) -> tup
 
 
 def _parquet_pieces(files: list, footers: list, schema: pa.Schema, name: str, cpus: int) -> list:
-    """Pieces of whole row groups (sliced when one set is longer than a piece), read by the task that
-    tokenizes them (nothing is read ahead into the object store)."""
+    """Pieces of whole consecutive row groups of about ``_piece_rows`` rows, read by the task that tokenizes
+    them (nothing is read ahead into the object store). Runs of groups are not sliced, so each is read once;
+    only a single row group longer than a piece is cut into slices (each slice reads the group)."""
     total = sum(m.num_rows for m in footers)
     if total == 0:
         raise ValueError(f"input {name} is empty (no rows)")
     step, pieces, row = _piece_rows(total, cpus), [], 0
     for f, meta in zip(files, footers):
-        groups, n = [], 0
-        for g in range(meta.num_row_groups):
-            groups.append(g)
-            n += meta.row_group(g).num_rows
-            if n >= step or g == meta.num_row_groups - 1:
-                pieces += [
-                    ("parquet", f, (tuple(groups), a, min(a + step, n), row + a, schema)) for a in range(0, n, step)
-                ]
-                groups, n, row = [], 0, row + n
+        sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        g = 0
+        while g < len(sizes):
+            end, n = g + 1, sizes[g]
+            while end < len(sizes) and n + sizes[end] <= step:
+                end, n = end + 1, n + sizes[end]
+            groups = tuple(range(g, end))  # one group when n > step: its slices each read it
+            pieces += [("parquet", f, (groups, a, min(a + step, n), row + a, schema)) for a in range(0, n, step)]
+            g, row = end, row + n
     return pieces
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ..pipeline.steps import (
 )
 from ..plan import PackPlan
 from ._ray_io import _read_piece
+from ._ray_spill import drop_piece, read_parts, read_piece, write_part
 
 MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with media (absent from pieces without)
 
@@ -39,9 +40,10 @@ class PieceJob:
     digest_rows: bool  # sum per-row digests (a ray.data.Dataset has no file to fingerprint)
     keep_lengths: bool = False  # pass 1 returns the (n,) lengths (order-dependent planners need them all)
     extra_names: list[str] | None = None  # per-token columns of the input's first good row
+    spill: object = None  # the spill folder (``_ray_spill``): pass 1 writes the piece there, pass 2 reads it
 
     def with_extra_names(self, names: list[str] | None) -> PieceJob:
-        return PieceJob(self.name, self.kind, self.template, self.digest_rows, self.keep_lengths, names)
+        return replace(self, extra_names=names)
 
 
 @dataclass
@@ -126,24 +128,17 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
     return stats, fitted if fitted.num_sequences else None, lengths
 
 
-def _place(piece: tuple, options: PackOptions, job: PieceJob, expect: tuple, hp, place, bounds, row_start: int,
-           seq_start: int, batch: int, first: bool):  # fmt: skip
-    """Worker, pass 2: the piece tokenized again (the same steps as pass 1) and its sequences cut by writer
-    group of this wave (see :func:`_split`); in the first wave also its ``(n,)`` lengths (for the plan hash)
-    and its share of the pad-to-longest baseline, else None for both.
-
-    Raises:
-        RuntimeError: the piece's length histogram differs from pass 1's (the input changed under the run).
-    """
-    stats, samples, lengths = _tokenize(*piece, options, job, False)
-    if samples is None or not all(np.array_equal(a, b) for a, b in zip(stats.hist, expect)):
-        why = stats.fatal or stats.too_long or "its sequence lengths differ"
-        raise RuntimeError(
-            f"{job.name}: rows {row_start}+ read differently in the second pass ({why}); the input changed "
-            "while packwise read it — pack a snapshot that does not change"
-        )
-    *parts, pad = _split(samples, hp, place, bounds, row_start, seq_start, batch)
-    return (*parts, pad if first else None, lengths if first else None)
+def _place(spill, i: int, hp, place, bounds, row_start: int, seq_start: int, batch: int):
+    """Worker, pass 2: piece ``i``'s sequences as pass 1 spilled them (``_ray_spill``: the input is not read
+    again), cut by writer group (see :func:`_split`) and written to each group's spill folder (a group that
+    gets none of them gets no file); the piece's samples are then deleted. Returns the piece's share of the
+    pad-to-longest baseline."""
+    *parts, pad = _split(read_piece(spill, i), hp, place, bounds, row_start, seq_start, batch)
+    for g, part in enumerate(parts):
+        if part is not None:
+            write_part(spill, g, i, part)
+    drop_piece(spill, i)
+    return pad
 
 
 def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_start: int, seq_start: int, batch: int):
@@ -202,24 +197,27 @@ class WriteJob:
     tmp: object  # the staging directory (str) or a _ray_fs.Loc (remote output)
     num_shards: int
     shards: list
-    offsets: object  # (packs+1,) sequence offsets in plan order, or (HistogramPlan, first pack, stop pack)
+    offsets: object  # (packs+1,) sequence offsets in plan order, or (HistogramPlan ref, first pack, stop pack)
     capacity: int
     algorithm: str
     columns: dict  # per-token column -> dtype, as every piece has them
     media: bool = False  # the input has media: PieceCounts.media of the pieces, as the local engine decides it
 
 
-def _write_group(job: WriteJob, *parts):
-    """Worker: execute the plan for one group of shards from the sequences the pieces sent, and write them.
+def _write_group(job: WriteJob, spill, g: int):
+    """Worker: execute the plan for shard group ``g`` from the sequences the pieces spilled for it (in piece
+    order), and write its shards.
 
     Returns ``(shards, pack_length_counts, order)``: ``[(metadata.json entry, PackedCounts)]``, ``(C+1,)``
     packs per real token count, and the group's ``(n,)`` sequence indices in plan order (the group's slice
     of ``PackPlan.order``, for the plan hash).
     """
     offsets = job.offsets
-    if isinstance(offsets, tuple):  # (HistogramPlan, first pack, last pack + 1): O(packs of this group) here
-        offsets = offsets[0].pack_offsets(np.arange(offsets[1], offsets[2] + 1))
-    parts = [p for p in parts if p is not None]
+    if isinstance(offsets, tuple):  # (HistogramPlan ref, first pack, last pack + 1): O(packs of this group) here
+        import ray
+
+        offsets = ray.get(offsets[0]).pack_offsets(np.arange(offsets[1], offsets[2] + 1))
+    parts = read_parts(spill, g)
 
     def cat(values: list, dtype: str) -> np.ndarray:
         return np.concatenate([np.zeros(0, dtype), *values])

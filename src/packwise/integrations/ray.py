@@ -6,25 +6,27 @@ The pipeline's own steps run (:mod:`packwise.pipeline.steps`, with one :class:`~
 this module decides where:
 
 1. Pass 1, read + tokenize + overflow, on Ray Data (``_ray_data``). The input is cut into pieces in input
-   order: JSONL byte ranges cut at line ends, Parquet row groups (sliced), row ranges of the Arrow files of a
+   order: JSONL byte ranges cut at line ends, runs of Parquet row groups, row ranges of the Arrow files of a
    saved HF dataset, ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or slices of
    in-memory rows; paths are local or on any pyarrow filesystem (``s3://...``, see ``_ray_fs``).
-   ``map_batches`` runs the steps on each piece and streams back only its counts, first bad rows and length
-   histogram. (JSONL is not read with ``ray.data.read_json``, which infers Arrow types and fails a whole block
-   on one bad row, nor with ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte
-   ranges keep the local reader's line numbers and messages.)
+   ``map_batches`` runs the steps on each piece, spills the tokenized piece to the run's staging area
+   (``_ray_spill``) and streams back only its counts, first bad rows and length histogram. (JSONL is not read
+   with ``ray.data.read_json``, which infers Arrow types and fails a whole block on one bad row, nor with
+   ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte ranges keep the local
+   reader's line numbers and messages.)
 2. Plan, on the driver, from the summed histogram (``plan_from_histogram``): pack templates, O(C + templates)
    memory whatever N. (next_fit and first_fit_shuffle depend on the input order: for them the ``(N,)``
    lengths come to the driver and ``plan`` runs :func:`packwise.plan.plan_packs`.)
-3. Pass 2, place + execute + write, on Ray tasks. Each piece is tokenized again (the histogram must match
-   pass 1's), places its own sequences from the templates and its per-length offsets (sequences of each
-   length in earlier pieces) and sends them to the writer of their shard group, which runs ``execute`` and
-   ``write_shard`` into a temporary directory (or prefix). Writer groups run in waves whose rows fit the
-   store budget (``_ray_data.STORE_FRACTION`` of the object store): one wave unless the data is larger.
+3. Pass 2, place + execute + write, on Ray tasks. Each piece is read back from the spill (the input is read
+   and tokenized once), places its own sequences from the templates and its per-length offsets (sequences
+   of each length in earlier pieces) and spills them into the folder of their shard group; then each
+   group's writer reads its rows, runs ``execute`` and ``write_shard`` into a temporary directory (or
+   prefix). Rows never pass through the object store or the driver; the driver keeps a bounded number of
+   tasks in flight.
 4. Commit, on the driver. The plan hash is streamed from the pieces' lengths and the writers' slices of the
    plan order; ``build_report`` merges the counts; ``metadata.json`` is written and the directory renamed
    into place (remote: shards moved from the temporary prefix, ``metadata.json`` last); a failed run leaves
-   no partial output.
+   no partial output. The spill is removed before the commit (or with the staging on failure).
 
 On a cluster (``ray_address="auto"`` on a node, or ``"ray://HEAD:10001"``), either install packwise (with the
 ``hf`` extra for text input) on every node, or pass ``runtime_env={"py_modules": [packwise.__path__[0]],
@@ -46,19 +48,20 @@ import numpy as np
 from ..files import claim_output
 from ..pipeline import PackOptions, PackReport, resolve_chat_template
 from ..pipeline.steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
-from ._ray_data import store_budget, tokenize_pieces
+from ._ray_data import tokenize_pieces
 from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
 from ._ray_fs import RemoteOutput, resolve
 from ._ray_io import PIECES_PER_CPU, _source
+from ._ray_spill import group_folders, remove, spill_root
 from ._ray_workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
 GROUP_BYTES = 2 << 30  # about the most token bytes one writer task holds
 
-#: Pass 2 reads the input once per wave: beyond this many waves a wave holds more than the store budget and
-#: Ray spills the excess to local disk (cheaper than reading the input again and again).
-MAX_WAVES = 8
+#: Pass 2 place tasks the driver keeps in flight per cluster CPU (it holds O(CPUs) task references, not
+#: O(pieces)).
+IN_FLIGHT_PER_CPU = 2
 
 
 def pack_ray(
@@ -88,7 +91,9 @@ def pack_ray(
             default, ``chitchat_input()``). Rows hold ``messages``, ``prompt`` + ``completion``, or
             ``input_ids`` (+ ``labels``/``loss_mask`` and per-token columns).
         output: output directory (local path or URI); must be empty unless ``overwrite`` (remote output must
-            be an empty or new prefix: packwise does not replace remote objects).
+            be an empty or new prefix: packwise does not replace remote objects). While the run lasts, the
+            tokenized rows are spilled inside ``output``'s staging area (about one copy of them: ~8 bytes per
+            token), and removed before the commit.
         options: a :class:`~packwise.pipeline.PackOptions`; ``**fields`` (its field names: ``capacity``,
             ``tokenizer``, ``algorithm``, ...) build one or replace its values, so
             ``**PackingConfig.pipeline_kwargs()`` fits. ``tokenizer`` may also be a tokenizer object.
@@ -150,35 +155,36 @@ def pack_ray(
             opts = opts.replace(vision=with_media_root(opts.vision, name))
         timings["read"] = time.perf_counter() - t
 
-        t = time.perf_counter()
-        keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
-        job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep)
-        stats, jobs = tokenize_pieces(ray, pieces, opts, job)
-        if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
-            fingerprint = f"{sum(s.digest for s in stats) % (1 << 64):016x}"
-        elif not isinstance(fingerprint, str):
-            fingerprint = ray.get(fingerprint)
-        counts, skipped = _check(stats, name, opts.skip_bad_rows)
-        check_sequences(name, counts, opts)
-        timings["tokenize"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        plan = _plan(stats, opts)
-        timings["plan"] = time.perf_counter() - t
-
-        t = time.perf_counter()
         tmp = out.start() if remote is not None else out.staging()
         writers: list = []
         try:
-            work = (pieces, jobs, ray.put(opts))
-            shards, fills, order, pad, lengths = _assemble(ray, plan, stats, work, packs_per_shard, tmp, writers, cpus)
+            t = time.perf_counter()
+            keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
+            spill = spill_root(tmp)
+            job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep, spill=spill)
+            stats, _ = tokenize_pieces(ray, pieces, opts, job)
+            if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
+                fingerprint = f"{sum(s.digest for s in stats) % (1 << 64):016x}"
+            elif not isinstance(fingerprint, str):
+                fingerprint = ray.get(fingerprint)
+            counts, skipped = _check(stats, name, opts.skip_bad_rows)
+            check_sequences(name, counts, opts)
+            timings["tokenize"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            plan = _plan(stats, opts)
+            timings["plan"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            shards, fills, order, pad = _assemble(ray, plan, stats, spill, packs_per_shard, tmp, writers, cpus)
+            plan_hash = _plan_hash(ray, plan, spill, [i for i, s in enumerate(stats) if s.counts.sequences], order)
+            remove(spill)  # before the commit: the staging's files become the output
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
             report = build_report(
                 source=(name, fingerprint, kind), tokenizer=next((s.tokenizer for s in stats if s.tokenizer), None),
                 options=opts, counts=counts, packed=sum((c for _, c in shards), PackedCounts()), plan=plan,
-                plan_hash=_plan_hash(ray, plan, lengths, order), metrics=_metrics(plan, fills, pad),
-                timings=timings, skipped=skipped,
+                plan_hash=plan_hash, metrics=_metrics(plan, fills, pad), timings=timings, skipped=skipped,
             )  # fmt: skip
             _commit(tmp, out if owner else None, report, [entry for entry, _ in shards])
             tmp = None
@@ -189,7 +195,7 @@ def pack_ray(
             if writers and isinstance(e, Exception):
                 ray.wait(writers, num_returns=len(writers), timeout=WRITER_WAIT_S)
             if remote is not None:
-                out.abort()
+                out.abort()  # the temporary prefix, spill included
             elif tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -269,25 +275,24 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
         ray.shutdown()
 
 
-def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, writers: list, cpus: int):
-    """Pass 2: place every piece's sequences and send them to shard-group writers, in waves of writer groups
-    whose rows fit the streaming budget (``_ray_data.store_budget``), so the object store holds one wave's
-    rows at a time; each wave tokenizes the pieces again (waves = 1 unless the data is larger than the budget).
+def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers: list, cpus: int):
+    """Pass 2: each piece, read from pass 1's spill (not from the input), places its sequences and spills
+    them by shard group (``_ray_spill.write_part``); then one writer per group reads its rows and writes its
+    shards. Rows never pass through the object store or the driver. The driver keeps at most
+    :data:`IN_FLIGHT_PER_CPU` × CPUs place tasks in flight and folds each one's pad share into a running sum
+    as it finishes, so it holds O(CPUs + groups) references whatever the number of pieces.
 
-    Returns ``(shards, pack_length_counts, order refs, pad, lengths refs)``: ``[(metadata.json entry,
-    PackedCounts)]`` in shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its
-    slice of the plan order, the pad-to-longest baseline in tokens, and one ObjectRef per piece to its
-    lengths."""
+    Returns ``(shards, pack_length_counts, order refs, pad)``: ``[(metadata.json entry, PackedCounts)]`` in
+    shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its slice of the plan
+    order, and the pad-to-longest baseline in tokens."""
     from ..plan import HistogramPlan
 
-    pieces, jobs, options = work
     hist = isinstance(plan, HistogramPlan)
     n_seq, n_packs = plan.num_sequences, plan.num_packs
     pack_bounds = shard_bounds(n_packs, per_shard)
     n_shards = pack_bounds.shape[0] - 1
     token_bytes = 8 * sum(int((s.hist[0].astype(np.int64) * s.hist[1]).sum()) for s in stats)  # ids + labels
-    waves = min(MAX_WAVES, max(1, math.ceil(token_bytes / store_budget(ray))))
-    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus * waves, math.ceil(token_bytes / GROUP_BYTES)))
+    n_groups = min(n_shards, max(PIECES_PER_CPU * cpus, math.ceil(token_bytes / GROUP_BYTES)))
     groups = np.array_split(np.arange(n_shards), n_groups)
     group_packs = pack_bounds[[g[0] for g in groups] + [n_shards]]
     seq_bounds = plan.pack_offsets(group_packs) if hist else plan.offsets[group_packs]
@@ -301,55 +306,49 @@ def _assemble(ray, plan, stats: list, work: tuple, per_shard: int, tmp: Path, wr
     media = any(s.counts.media for s in stats)  # PieceCounts.media: samples.media is not None, as the local engine
     if media:  # the pieces with media may have kept no sequence: the local engine still writes the column
         columns.setdefault(MEDIA_TYPES, np.dtype(np.int8).str)
+    group_folders(spill, n_groups)
+    place = ray.remote(_place)
+    cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
+    running, seq, row, whole, edges = [], 0, 0, 0, {}
+
+    def fold(done: list) -> None:
+        nonlocal whole
+        for share, cut in ray.get(done):
+            whole += share
+            for b, longest, rows in cut:
+                m, r = edges.get(b, (0, 0))
+                edges[b] = (max(m, longest), r + rows)
+
+    for i, s in enumerate(stats):
+        n = s.counts.sequences
+        if n:  # a piece whose rows were all skipped or dropped sends nothing
+            if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
+                costs = np.unique(plan.costs_of(s.hist[0]))
+                where = (plan_ref, (costs, cost_offsets[costs]))
+                np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
+            else:
+                where = (None, pos[seq : seq + n])
+            running.append(place.remote(spill, i, *where, seq_bounds, row, seq, batch))
+            writers[:] = running  # what a failure waits for before the staging is removed
+            if len(running) >= IN_FLIGHT_PER_CPU * cpus:
+                done, running = ray.wait(running, num_returns=1)
+                fold(done)
+        seq, row = seq + n, row + s.counts.rows_read
+    fold(running)
     write = ray.remote(_write_group).options(num_returns=3)
-    results, pads, lengths = [], [], []
-    for w, wave in enumerate(np.array_split(np.arange(n_groups), min(waves, n_groups))):
-        g0, g1 = int(wave[0]), int(wave[-1]) + 1
-        place = ray.remote(_place).options(num_returns=g1 - g0 + 2)
-        cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
-        parts, seq, row = [], 0, 0
-        for i, s in enumerate(stats):
-            n = s.counts.sequences
-            if n:  # a piece whose rows were all skipped or dropped sends nothing
-                if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
-                    costs = np.unique(plan.costs_of(s.hist[0]))
-                    where = (plan_ref, (costs, cost_offsets[costs]))
-                else:
-                    where = (None, pos[seq : seq + n])
-                out = place.remote(pieces[i], options, jobs[i], s.hist, *where, seq_bounds[g0 : g1 + 1], row, seq,
-                                   batch, w == 0)  # fmt: skip
-                if hist:
-                    np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
-                parts.append(out[:-2])
-                if w == 0:
-                    pads.append(out[-2])
-                    lengths.append(out[-1])
-            seq, row = seq + n, row + s.counts.rows_read
-        refs = []
-        for g in range(g0, g1):
-            shards = groups[g]
-            p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
-            jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
-            offsets = (
-                (plan, p0, p1) if hist else plan.offsets[p0 : p1 + 1]
-            )  # a histogram plan: the writer computes them
-            job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
-                           plan.algorithm, columns, media)  # fmt: skip
-            refs.append(write.remote(job, *[p[g - g0] for p in parts]))
-        writers.extend(r[0] for r in refs)
-        results.extend(refs)
-        del parts
-        ray.get([r[0] for r in refs])  # the wave is written (a failure stops here): its rows are freed
+    results = []
+    for g, shards in enumerate(groups):
+        p0, p1 = int(pack_bounds[shards[0]]), int(pack_bounds[shards[-1] + 1])
+        jobs_g = [(int(k), int(pack_bounds[k]) - p0, int(pack_bounds[k + 1]) - p0) for k in shards]
+        offsets = (plan_ref, p0, p1) if hist else plan.offsets[p0 : p1 + 1]  # histogram: the writer computes them
+        job = WriteJob(str(tmp) if isinstance(tmp, Path) else tmp, n_shards, jobs_g, offsets, plan.capacity,
+                       plan.algorithm, columns, media)  # fmt: skip
+        results.append(write.remote(job, spill, g))
+    writers[:] = [r[0] for r in results]
     done = ray.get(writers)
     fills = sum((ray.get(r[1]) for r in results), np.zeros(plan.capacity + 1, dtype=np.int64))
-    whole, edges = 0, {}
-    for share, cut in ray.get(pads):
-        whole += share
-        for b, longest, rows in cut:
-            m, r = edges.get(b, (0, 0))
-            edges[b] = (max(m, longest), r + rows)
     pad = whole + sum(m * r for m, r in edges.values())
-    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad, lengths
+    return [shard for group in done for shard in group], fills, [r[2] for r in results], pad
 
 
 __all__ = ["pack_ray"]  # pack_dataset(config=) stays importable: the PackingConfig front door of pack_ray
