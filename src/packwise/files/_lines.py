@@ -108,8 +108,12 @@ def read_own_json(path):
     """
     path = Path(path)
     fix = "restore it from a copy, or move the folder away and re-run packwise pack"
-    with open(path, "rb") as f:
-        raw = f.read(MAX_OWN_JSON_BYTES + 1)
+    chunks, size = [], 0
+    with open(path, "rb") as f:  # in 1 MiB reads: read(n) reserves n bytes up front, and the limit is 256 MB
+        while size <= MAX_OWN_JSON_BYTES and (chunk := f.read(1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    raw = b"".join(chunks)
     if len(raw) > MAX_OWN_JSON_BYTES:
         raise ValueError(
             f"{path} is not a valid packwise file (larger than the {MAX_OWN_JSON_BYTES:,} byte limit); {fix}"
