@@ -18,5 +18,6 @@ from ._load import (  # noqa: F401
     tokenizer_fingerprint,
     tokenizer_name,
 )
+from ._lite import LiteTokenizer, pipeline_tokenizer  # noqa: F401
 
 __all__ = ["encode_chats", "load_tokenizer"]
