@@ -12,13 +12,22 @@ transformers tokenizer on first use and delegates to it, so no caller can get a 
 
 from __future__ import annotations
 
+import os
+import threading
 from functools import cache
 
-from ._load import QWEN_ROLES, chatml_template, load_tokenizer, qwen25_file
+from ._load import QWEN_ROLES, QWEN_SPECIAL_TOKENS, chatml_template, load_tokenizer, qwen25_file
+
+#: Id of Qwen2.5's first special token (``<|endoftext|>``): the BPE ranks hold 151,643 tokens.
+QWEN_FIRST_SPECIAL_ID = 151643
 
 
 class LiteTokenizer:
     """``load_tokenizer("qwen2.5")`` as far as packwise's pipeline asks (see the module docstring).
+
+    The Rust tokenizer loads in a background thread from construction (``tokenizers`` releases the GIL), so
+    reading and checking rows overlap it; the special tokens are known up front (Qwen2.5's, ids 151643..151664)
+    and checked against the loaded tokenizer before its first use (a mismatch raises).
 
     Example:
         >>> tok = pipeline_tokenizer("qwen2.5")
@@ -29,18 +38,79 @@ class LiteTokenizer:
     is_fast = True
 
     def __init__(self, spec: str) -> None:
-        from tokenizers import Tokenizer
+        from tokenizers import AddedToken
 
         self._spec = spec
-        self.backend_tokenizer = Tokenizer.from_file(str(qwen25_file()))
+        self._file = qwen25_file()
+        self._loaded: list = []
+        self._thread = threading.Thread(target=self._load, name="packwise-tokenizer-load", daemon=True)
+        self._thread.start()
         self.name_or_path = spec
         self.chat_template = chatml_template()
         self.special_tokens_map = dict(QWEN_ROLES)
         self.eos_token, self.pad_token = QWEN_ROLES["eos_token"], QWEN_ROLES["pad_token"]
-        self.eos_token_id = self.backend_tokenizer.token_to_id(self.eos_token)
-        self.pad_token_id = self.backend_tokenizer.token_to_id(self.pad_token)
+        first = QWEN_FIRST_SPECIAL_ID
+        self.added_tokens_decoder = {first + i: AddedToken(t, special=True) for i, t in enumerate(QWEN_SPECIAL_TOKENS)}
+        ids = {t.content: i for i, t in self.added_tokens_decoder.items()}
+        self.eos_token_id, self.pad_token_id = ids[self.eos_token], ids[self.pad_token]
         self.all_special_tokens = list(QWEN_ROLES.values())
-        self.added_tokens_decoder = self.backend_tokenizer.get_added_tokens_decoder()
+
+    def _load(self) -> None:
+        from tokenizers import Tokenizer
+
+        try:
+            self._loaded.append(Tokenizer.from_file(str(self._file)))
+        except BaseException as e:  # re-raised where the tokenizer is first used
+            self._loaded.append(e)
+
+    @property
+    def backend_tokenizer(self):
+        """The ``tokenizers.Tokenizer`` (waits for the background load)."""
+        self._thread.join()
+        backend = self._loaded[0]
+        if isinstance(backend, BaseException):
+            raise ValueError(f"tokenizer 'qwen2.5' cannot be loaded from {self._file}: {backend}") from backend
+        if not getattr(self, "_checked", False):
+            found = {i: (t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
+            if found != {i: (t.content, True) for i, t in self.added_tokens_decoder.items()}:
+                raise ValueError(
+                    f"{self._file} does not hold Qwen2.5's special tokens at ids {QWEN_FIRST_SPECIAL_ID}.. (a "
+                    "modified cache file?); delete that file to rebuild it"
+                )
+            self._checked = True
+        return backend
+
+    def fingerprint(self, template: str | None) -> str:
+        """:func:`~packwise.text.tokenizer_fingerprint` of this tokenizer with ``template``, remembered in a
+        file next to the cached tokenizer.json (keyed by the template, the file's size and mtime and the
+        ``tokenizers`` version): serialising the tokenizer to hash it costs as much as loading it."""
+        import hashlib
+        import json
+
+        import tokenizers
+
+        template = self.chat_template if template is None else template
+        st = self._file.stat()
+        key = hashlib.sha256(
+            f"{tokenizers.__version__}\0{st.st_size}\0{st.st_mtime_ns}\0{template}".encode()
+        ).hexdigest()
+        store = self._file.with_name("fingerprints.json")
+        try:
+            known = json.loads(store.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if not isinstance(known, dict) or not isinstance(known.get(key), str):
+            from ._load import definition_fingerprint
+
+            known = known if isinstance(known, dict) else {}
+            known[key] = definition_fingerprint(self.backend_tokenizer.to_str(), template)
+            tmp = store.with_suffix(f".tmp{os.getpid()}")
+            try:
+                tmp.write_text(json.dumps(known))
+                os.replace(tmp, store)
+            except OSError:  # a read-only cache: computed again next time
+                pass
+        return known[key]
 
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
@@ -76,6 +146,9 @@ class LiteTokenizer:
         return f"LiteTokenizer({self._spec!r}, vocab {len(self)})"
 
 
+_LOCK = threading.Lock()
+
+
 @cache
 def _lite(spec: str) -> LiteTokenizer:
     return LiteTokenizer(spec)
@@ -89,5 +162,6 @@ def pipeline_tokenizer(spec):
         ValueError: as :func:`~packwise.text.load_tokenizer`.
     """
     if isinstance(spec, str) and spec == "qwen2.5":
-        return _lite(spec)
+        with _LOCK:  # one instance (one background load) even when called from two threads
+            return _lite(spec)
     return load_tokenizer(spec)

@@ -233,7 +233,17 @@ def tokenizer_fingerprint(tok, chat_template: str | None = None) -> str:
         >>> len(tokenizer_fingerprint(load_tokenizer("qwen2.5")))
         16
     """
-    h = hashlib.sha256(tok.backend_tokenizer.to_str().encode())
+    from ._lite import LiteTokenizer
+
+    if isinstance(tok, LiteTokenizer):
+        return tok.fingerprint(chat_template)
+    template = chat_template if chat_template is not None else tok.chat_template
+    return definition_fingerprint(tok.backend_tokenizer.to_str(), template)
+
+
+def definition_fingerprint(definition: str, chat_template: str | None) -> str:
+    """SHA-256 (hex, 16 chars) of a tokenizer's JSON definition and a chat template."""
+    h = hashlib.sha256(definition.encode())
     h.update(b"\0template\0")
-    h.update((chat_template if chat_template is not None else (tok.chat_template or "")).encode())
+    h.update((chat_template or "").encode())
     return h.hexdigest()[:16]

@@ -186,17 +186,31 @@ def _compiled(template: str):
     return compiled
 
 
+#: Conversations up to this many messages render the built-in ChatML template in Python (``_chatml``); longer
+#: ones (far from :data:`MAX_TEMPLATE_STEPS` still) go through Jinja, which enforces the budget.
+_PLAIN_MAX_MESSAGES = 10_000
+
+
 def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_prompt: bool = False):
     """Render as transformers' ``render_jinja_template`` does (its data preparation and ``{% generation %}`` span
     tracking, see ``_jinja``), in the budgeted sandbox; never imports transformers."""
     from jinja2 import TemplateError
 
+    from ._chatml import is_builtin, render_plain
     from ._jinja import alias_reasoning, plain_data, tracking
 
     compiled = _compiled(template)
     kwargs = plain_data(kwargs)
     texts, generation_spans = [], []
+    builtin = is_builtin(template)
     for chat in chats:
+        if builtin and len(chat) <= _PLAIN_MAX_MESSAGES:  # longer: Jinja, to meet the same step budget
+            plain = render_plain(chat, add_generation_prompt=add_generation_prompt)
+            if plain is not None and len(plain[0]) <= _Budget([chat]).max_chars:
+                texts.append(plain[0])
+                if spans:
+                    generation_spans.append(plain[1])
+                continue
         chat = alias_reasoning(plain_data(chat))
         budget = _Budget([chat])
         token = _BUDGET.set(budget)
