@@ -13,7 +13,7 @@ transformers tokenizer on first use and delegates to it, so no caller can get a 
 from __future__ import annotations
 
 import os
-import threading
+import threading  # the instance cache's lock
 from functools import cache
 
 from ._load import QWEN_ROLES, QWEN_SPECIAL_TOKENS, chatml_template, load_tokenizer, qwen25_file
@@ -25,9 +25,8 @@ QWEN_FIRST_SPECIAL_ID = 151643
 class LiteTokenizer:
     """``load_tokenizer("qwen2.5")`` as far as packwise's pipeline asks (see the module docstring).
 
-    The Rust tokenizer loads in a background thread from construction (``tokenizers`` releases the GIL), so
-    reading and checking rows overlap it; the special tokens are known up front (Qwen2.5's, ids 151643..151664)
-    and checked against the loaded tokenizer before its first use (a mismatch raises).
+    The special tokens are known up front (Qwen2.5's, ids 151643..151664: no transformers needed to find
+    them) and checked against the loaded tokenizer before its first use (a mismatch raises).
 
     Example:
         >>> tok = pipeline_tokenizer("qwen2.5")
@@ -42,9 +41,7 @@ class LiteTokenizer:
 
         self._spec = spec
         self._file = qwen25_file()
-        self._loaded: list = []
-        self._thread = threading.Thread(target=self._load, name="packwise-tokenizer-load", daemon=True)
-        self._thread.start()
+        self._backend = None
         self.name_or_path = spec
         self.chat_template = chatml_template()
         self.special_tokens_map = dict(QWEN_ROLES)
@@ -55,29 +52,21 @@ class LiteTokenizer:
         self.eos_token_id, self.pad_token_id = ids[self.eos_token], ids[self.pad_token]
         self.all_special_tokens = list(QWEN_ROLES.values())
 
-    def _load(self) -> None:
-        from tokenizers import Tokenizer
-
-        try:
-            self._loaded.append(Tokenizer.from_file(str(self._file)))
-        except BaseException as e:  # re-raised where the tokenizer is first used
-            self._loaded.append(e)
-
     @property
     def backend_tokenizer(self):
-        """The ``tokenizers.Tokenizer`` (waits for the background load)."""
-        self._thread.join()
-        backend = self._loaded[0]
-        if isinstance(backend, BaseException):
-            raise ValueError(f"tokenizer 'qwen2.5' cannot be loaded from {self._file}: {backend}") from backend
-        if not getattr(self, "_checked", False):
-            found = {i: (t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
-            if found != {i: (t.content, True) for i, t in self.added_tokens_decoder.items()}:
-                raise ValueError(
-                    f"{self._file} does not hold Qwen2.5's special tokens at ids {QWEN_FIRST_SPECIAL_ID}.. (a "
-                    "modified cache file?); delete that file to rebuild it"
-                )
-            self._checked = True
+        """The ``tokenizers.Tokenizer`` (loaded on first use: ~0.7 s, most of it Qwen2.5's 294 k BPE merges)."""
+        if self._backend is not None:
+            return self._backend
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_file(str(self._file))
+        found = {i: (t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
+        if found != {i: (t.content, True) for i, t in self.added_tokens_decoder.items()}:
+            raise ValueError(
+                f"{self._file} does not hold Qwen2.5's special tokens at ids {QWEN_FIRST_SPECIAL_ID}.. (a modified "
+                "cache file?); delete that file to rebuild it"
+            )
+        self._backend = backend
         return backend
 
     def fingerprint(self, template: str | None) -> str:
@@ -162,6 +151,6 @@ def pipeline_tokenizer(spec):
         ValueError: as :func:`~packwise.text.load_tokenizer`.
     """
     if isinstance(spec, str) and spec == "qwen2.5":
-        with _LOCK:  # one instance (one background load) even when called from two threads
+        with _LOCK:  # one instance even when called from two threads
             return _lite(spec)
     return load_tokenizer(spec)
