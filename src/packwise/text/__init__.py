@@ -6,6 +6,7 @@ the pipeline, multimodal and verify import from this facade instead of its priva
 """
 
 from ._chat import LossOn, encode_chats, encode_prompt_completion  # noqa: F401
+from ._lite import LiteTokenizer, pipeline_tokenizer  # noqa: F401
 from ._literal import check_chats, check_row, special_token_pattern  # noqa: F401
 from ._load import (  # noqa: F401
     BUILTIN_TOKENIZERS,
@@ -18,6 +19,5 @@ from ._load import (  # noqa: F401
     tokenizer_fingerprint,
     tokenizer_name,
 )
-from ._lite import LiteTokenizer, pipeline_tokenizer  # noqa: F401
 
 __all__ = ["encode_chats", "load_tokenizer"]

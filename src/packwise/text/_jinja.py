@@ -27,7 +27,9 @@ import contextvars
 import dataclasses
 import json
 from collections.abc import Mapping
+from contextlib import contextmanager
 from datetime import datetime
+from typing import ClassVar
 
 import jinja2
 import jinja2.ext
@@ -44,7 +46,7 @@ class GenerationSpans(jinja2.ext.Extension):
     """``{% generation %}`` … ``{% endgeneration %}``: the body is output as is; with :func:`tracking` active its
     character span in the rendered text is recorded."""
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser):
         lineno = next(parser.stream).lineno
@@ -61,19 +63,15 @@ class GenerationSpans(jinja2.ext.Extension):
         return text
 
 
-class tracking:  # noqa: N801  (a context manager used like a function)
+@contextmanager
+def tracking(emitted, spans: list):
     """Record ``{% generation %}`` spans into ``spans`` while rendering; ``emitted()`` gives the number of
     characters the template has emitted so far."""
-
-    def __init__(self, emitted, spans: list) -> None:
-        self.state = (emitted, spans)
-
-    def __enter__(self):
-        self.token = _TRACK.set(self.state)
-        return self.state[1]
-
-    def __exit__(self, *exc) -> None:
-        _TRACK.reset(self.token)
+    token = _TRACK.set((emitted, spans))
+    try:
+        yield spans
+    finally:
+        _TRACK.reset(token)
 
 
 def _raise_exception(message):
@@ -108,7 +106,7 @@ def _checked(name) -> None:
 class _Namespace(jinja2.utils.Namespace):
     """Jinja's ``namespace`` without underscore-prefixed attributes (no way to CPython's internals)."""
 
-    def __init__(*args, **kwargs):  # noqa: N805  (Jinja's signature trick: ``namespace(self=...)`` works)
+    def __init__(*args, **kwargs):  # Jinja's signature trick: ``namespace(self=...)`` works
         self, rest = args[0], args[1:]
         attrs = dict(*rest, **kwargs)
         for name in attrs:
