@@ -12,6 +12,7 @@ uses) and encoded with ``tokenizers``' ``encode_batch`` (the tokenizer's own thr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -58,7 +59,7 @@ def main() -> None:
             data = [str(path)]
         render_and_encode, encode_only = floor_fn(chats)
         runs = iter(range(1_000))
-        timings = []
+        timings, outputs = [], []
 
         def cli():
             out = Path(tmp) / f"out{next(runs)}"
@@ -67,15 +68,17 @@ def main() -> None:
             if proc.returncode:
                 sys.exit(f"packwise pack failed:\n{proc.stderr[-3000:]}")
             timings.append(json.loads(proc.stdout)["timings"])
+            outputs.append(out / "packs-00000-of-00001.parquet")
             return timings[-1]
 
         t0 = time.perf_counter()
         t = interleaved({"cli": cli, "render+encode": render_and_encode, "encode_batch": encode_only}, args.repeat)
         rep.say(f"medians of {args.repeat} interleaved repeats ({time.perf_counter() - t0:.0f} s in all)")
+        shas = {hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in outputs}
     floor = t["encode_batch"]["median"]
     for name in ("cli", "render+encode"):
         rep.figure(
-            f"{'packwise pack (whole process)' if name == 'cli' else 'render (jinja) + encode_batch, in process'}",
+            f"{'packwise pack (whole process)' if name == 'cli' else 'render (chat template) + encode_batch, in process'}",
             t[name]["median"],
             unit="s",
             baseline="bare encode_batch of the rendered texts s",
@@ -85,6 +88,7 @@ def main() -> None:
             spread=(t[name]["min"], t[name]["max"]),
         )
     last = timings[-1]
+    rep.note(f"SHA-256 of packs-00000-of-00001.parquet over the {len(outputs)} runs: {', '.join(sorted(shas))}")
     rep.note("packwise pack's own timings (last run, s): " + ", ".join(f"{k} {v:.2f}" for k, v in last.items()))
     rep.finish()
 

@@ -206,7 +206,7 @@ def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_p
     for chat in chats:
         if builtin and len(chat) <= _PLAIN_MAX_MESSAGES:  # longer: Jinja, to meet the same step budget
             plain = render_plain(chat, add_generation_prompt=add_generation_prompt)
-            if plain is not None and len(plain[0]) <= _Budget([chat]).max_chars:
+            if plain is not None and (len(plain[0]) <= 1 << 20 or len(plain[0]) <= _Budget([chat]).max_chars):
                 texts.append(plain[0])
                 if spans:
                     generation_spans.append(plain[1])
