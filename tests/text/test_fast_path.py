@@ -210,3 +210,32 @@ def test_pack_cli_never_imports_transformers(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+class _Chat(list):
+    """A list that is not exactly ``list``: ``check_row`` checks it field by field."""
+
+
+pieces = st.sampled_from(
+    ["a", " ", "é", "🙂", "<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|image_pad|>", "\ud800", "<|im"]
+)
+content = st.lists(pieces, max_size=5).map("".join)
+chat_message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": content})
+
+
+def _outcome(fn):
+    try:
+        fn()
+    except BadRow as e:
+        return str(e)
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(chat_message, min_size=1, max_size=4))
+def test_check_row_fast_path_is_the_field_by_field_check(chat):
+    from packwise.text import check_row
+
+    pattern = special_token_pattern(pipeline_tokenizer("qwen2.5"))
+    fast = _outcome(lambda: check_row(chat, pattern, "row 0"))
+    assert fast == _outcome(lambda: check_row(_Chat(chat), pattern, "row 0"))
