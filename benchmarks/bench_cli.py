@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,14 @@ import time
 from pathlib import Path
 
 from _harness import Report, add_common, interleaved
+
+#: CPU seconds (user + system, all threads) per repeat: a figure a busy machine moves less than wall time.
+CPU: dict[str, list[float]] = {"encode_batch": [], "cli": [], "base cli": []}
+
+
+def _child_cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def floor_fn(chats):
@@ -41,7 +50,10 @@ def floor_fn(chats):
         return sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False))
 
     def encode_only(texts=_render(chats, template, kwargs, spans=False)) -> int:
-        return sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False))
+        t = time.process_time()  # every thread of this process: the tokenizer's pool included
+        n = sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False))
+        CPU["encode_batch"].append(time.process_time() - t)
+        return n
 
     return render_and_encode, encode_only
 
@@ -70,8 +82,10 @@ def main() -> None:
         def cli(name="cli", src=None):
             out = Path(tmp) / f"out{next(runs)}"
             env = os.environ.copy() if src is None else {**os.environ, "PYTHONPATH": src}
+            cpu = _child_cpu()
             proc = subprocess.run([*exe, "pack", *data, "-o", str(out), "--no-report", "--json"], capture_output=True,
                                   text=True, env=env, check=False)  # fmt: skip
+            CPU[name].append(_child_cpu() - cpu)
             if proc.returncode:
                 sys.exit(f"packwise pack ({name}) failed:\n{proc.stderr[-3000:]}")
             timings[name].append(json.loads(proc.stdout)["timings"])
@@ -105,6 +119,19 @@ def main() -> None:
             target="<= 1.5" if name == "cli" else None,
             spread=(min(ratios), max(ratios)),
         )
+    for name in ("base cli", "cli"):
+        if CPU[name]:
+            ratios = [a / b for a, b in zip(CPU[name], CPU["encode_batch"])]
+            rep.figure(
+                f"{names[name].replace('(whole process)', 'CPU s (user + sys)')}",
+                statistics.median(CPU[name]),
+                unit="s",
+                baseline="bare encode_batch CPU s (all threads)",
+                baseline_value=statistics.median(CPU["encode_batch"]),
+                ratio=statistics.median(ratios),
+                ratio_means="median of the per-repeat CPU / floor CPU (less moved by a busy machine than wall time)",
+                spread=(min(ratios), max(ratios)),
+            )
     shas = sorted(set(outputs["cli"] + outputs["base cli"]))
     if args.base_src:
         rep.figure("same packs-00000-of-00001.parquet as --base-src in every run", float(len(shas) == 1), unit="",
