@@ -7,9 +7,9 @@ The template is packwise's own (not untrusted code), and for a conversation whos
 
 with the ``{% generation %}`` span of an assistant message covering ``{content}<|im_end|>``; with
 ``add_generation_prompt`` it ends with ``<|im_start|>assistant\\n``. :func:`render_plain` builds that text and
-those spans directly (~20× faster than Jinja); any other conversation (tool calls, content parts, other
-types) returns None and renders through the sandboxed Jinja template. ``tests/test_text_lite.py`` checks that
-both give identical text and spans.
+those spans directly (500 chitchat conversations: 0.016 s against 0.65 s through Jinja); any other
+conversation (tool calls, content parts, other types) returns None and renders through the sandboxed Jinja
+template. ``tests/text/test_fast_path.py`` checks that both give identical text and spans.
 """
 
 from __future__ import annotations

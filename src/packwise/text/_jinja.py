@@ -17,7 +17,7 @@ here from its description, not copied:
   under ``reasoning_content``, ``thinking`` or ``reasoning`` is offered under ``thinking`` and
   ``reasoning_content`` too (:func:`alias_reasoning`).
 
-``tests/test_text_jinja.py`` renders the same templates and chats through both and requires identical text and
+``tests/text/test_fast_path.py`` renders the same templates and chats through both and requires identical text and
 spans.
 """
 

@@ -7,7 +7,7 @@ those facts as the transformers tokenizer of ``load_tokenizer("qwen2.5")`` does 
 the same ids and the same :func:`~packwise.text.tokenizer_fingerprint`); anything else it is asked loads that
 transformers tokenizer on first use and delegates to it, so no caller can get a different answer.
 
-``tests/test_text_lite.py`` proves the two give identical tokens, loss masks and packed files.
+``tests/text/test_fast_path.py`` proves the two give identical tokens, loss masks and packed files.
 """
 
 from __future__ import annotations
