@@ -103,7 +103,7 @@ def tokenize_rows(
     Rows with images (content parts or an ``images`` list) are expanded with ``vision`` (a
     :class:`packwise.multimodal.VisionSpec`); the samples then carry ``mm_token_type_ids`` and ``media``.
     """
-    from ..text import check_row, encode_chats, encode_prompt_completion, special_token_pattern
+    from ..text import check_row, encode_checked_chats, encode_prompt_completion, special_token_pattern
 
     errors = RowErrors(skip_bad_rows, raw)
     literal = special_token_pattern(tokenizer)  # typed special tokens: a bad row (skippable), checked per row
@@ -164,7 +164,7 @@ def tokenize_rows(
             errors.bad(i, e)
     encoded = []
     if chats:
-        encoded += encode_chats(
+        encoded += encode_checked_chats(  # every chat passed check_row above
             chats,
             tokenizer,
             chat_template=chat_template,

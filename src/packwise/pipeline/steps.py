@@ -32,13 +32,14 @@ __all__: list[str] = []  # layer API only (see the module docstring)
 
 def load_tokenizer_for(kind: str, options: PackOptions, tokenizer=None):
     """The tokenizer of a run: ``options.tokenizer`` (or ``tokenizer``, an already-loaded one), the default
-    for text rows, None for pre-tokenized rows without one (no vocabulary check)."""
-    from ..text import load_tokenizer
+    for text rows, None for pre-tokenized rows without one (no vocabulary check). The built-in ``qwen2.5`` loads
+    without transformers (``text.pipeline_tokenizer``)."""
+    from ..text import pipeline_tokenizer
 
     given = tokenizer if tokenizer is not None else options.tokenizer
     if given is None and kind == "tokens":
         return None
-    return load_tokenizer(given if given is not None else DEFAULT_TOKENIZER)
+    return pipeline_tokenizer(given if given is not None else DEFAULT_TOKENIZER)
 
 
 def tokenizer_info(tok, template: str | None) -> tuple[str | None, str | None]:

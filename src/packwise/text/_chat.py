@@ -1,10 +1,12 @@
-"""Render chats with the tokenizer's chat template (through transformers) and derive the loss mask from the
-template's turn spans — never from token values, since a sample may contain the EOS or pad id mid-text.
+"""Render chats with the tokenizer's chat template (packwise's own sandboxed Jinja environment, ``_jinja``, which
+renders as transformers does without importing it; the built-in ChatML in Python, ``_chatml``) and derive the
+loss mask from the template's turn spans — never from token values, since a sample may contain the EOS or pad
+id mid-text.
 
 Two ways to find the assistant spans, both from the template itself:
 
-- templates with ``{% generation %}`` blocks (our ChatML, TRL's templates): transformers' renderer returns
-  the character span of every block;
+- templates with ``{% generation %}`` blocks (our ChatML, TRL's templates): the renderer records the
+  character span of every block, as transformers' does;
 - other templates: each assistant turn ``i`` spans from the end of ``messages[:i]`` rendered with the
   generation prompt to the end of ``messages[:i+1]``, trailing whitespace excluded; a template whose
   renders are not prefixes of each other is rejected with the fix (a template with ``{% generation %}``).

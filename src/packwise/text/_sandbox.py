@@ -147,13 +147,14 @@ def _bounded_join(join):
 
 @lru_cache(maxsize=32)
 def _compiled(template: str):
-    """The template compiled in transformers' chat sandbox (its extensions, filters and globals), with the budget
-    checks added and constant folding off (Jinja would otherwise evaluate constant expressions at compile time,
-    outside any budget)."""
+    """The template compiled in packwise's chat sandbox (``_jinja.chat_environment``: transformers' extensions,
+    filters and globals), with the budget checks added and constant folding off (Jinja would otherwise evaluate
+    constant expressions at compile time, outside any budget)."""
     from jinja2.exceptions import TemplateError
-    from transformers.utils.chat_template_utils import _cached_compile_jinja_template
 
-    env = _cached_compile_jinja_template("").environment  # a fresh environment, as transformers builds it
+    from ._jinja import chat_environment
+
+    env = chat_environment()
     env.optimized = False
     env.intercepted_binops = frozenset({"*", "**", "+", "%"})
     env.call_binop = MethodType(_bounded_binop, env)
@@ -177,7 +178,7 @@ def _compiled(template: str):
     def counted_render(context):
         budget = _budget()
         for block in render(context):
-            budget.output(len(block))
+            budget.output(len(block))  # counted before the block is yielded: the {% generation %} spans' offset
             budget.tick()
             yield block
 
@@ -185,22 +186,39 @@ def _compiled(template: str):
     return compiled
 
 
+#: Conversations up to this many messages render the built-in ChatML template in Python (``_chatml``); longer
+#: ones (far from :data:`MAX_TEMPLATE_STEPS` still) go through Jinja, which enforces the budget.
+_PLAIN_MAX_MESSAGES = 10_000
+
+
 def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_prompt: bool = False):
-    """Render like transformers' ``render_jinja_template`` (its data preparation and span tracking), in the
-    budgeted sandbox."""
+    """Render as transformers' ``render_jinja_template`` does (its data preparation and ``{% generation %}`` span
+    tracking, see ``_jinja``), in the budgeted sandbox; never imports transformers."""
     from jinja2 import TemplateError
-    from transformers.utils import chat_template_utils as ctu
+
+    from ._chatml import is_builtin, render_plain
+    from ._jinja import alias_reasoning, plain_data, tracking
 
     compiled = _compiled(template)
-    kwargs = ctu._plain_template_data(kwargs)
+    kwargs = plain_data(kwargs)
     texts, generation_spans = [], []
+    builtin = is_builtin(template)
     for chat in chats:
-        chat = ctu._alias_reasoning_fields(ctu._plain_template_data(chat))
-        token = _BUDGET.set(_Budget([chat]))
+        if builtin and len(chat) <= _PLAIN_MAX_MESSAGES:  # longer: Jinja, to meet the same step budget
+            plain = render_plain(chat, add_generation_prompt=add_generation_prompt)
+            if plain is not None and (len(plain[0]) <= 1 << 20 or len(plain[0]) <= _Budget([chat]).max_chars):
+                texts.append(plain[0])
+                if spans:
+                    generation_spans.append(plain[1])
+                continue
+        chat = alias_reasoning(plain_data(chat))
+        budget = _Budget([chat])
+        token = _BUDGET.set(budget)
         args = {"messages": chat, "tools": None, "documents": None, "add_generation_prompt": add_generation_prompt}
         try:
             if spans:
-                text, found = ctu._render_with_assistant_indices(compiled_template=compiled, **args, **kwargs)
+                with tracking(lambda b=budget: b.chars, []) as found:
+                    text = "".join(compiled.generate(**args, **kwargs))
                 generation_spans.append(found)
             else:
                 text = compiled.render(**args, **kwargs)
