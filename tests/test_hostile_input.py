@@ -5,6 +5,7 @@ YAML bombs, image paths outside the media root."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pyarrow as pa
@@ -407,7 +408,80 @@ def test_an_image_reached_through_a_link_is_named_as_the_row_names_it(tmp_path, 
     data.write_text(json.dumps(row) + "\n")
     assert run(capsys, "pack", data, "-o", tmp_path / "o") == (
         1,
-        f"error: {data} line 1: field 'messages[0].content[0].path' names image {tmp_path / 'data' / 'pic.png'}, "
+        f"error: {data} line 1: field 'messages[0].content[0].path' names image 'pic.png', "
         f"which resolves to {tmp_path / 'elsewhere' / 'x.png'}, outside the media root {tmp_path / 'data'}; media "
         "files must be inside it; move the file there or pass --media-root (media_root=) a folder that contains it",
     )
+
+
+def test_link_loops_dangling_links_and_nul_in_media_paths_are_bad_rows(tmp_path):
+    from packwise.files._media_path import resolve_media_path
+    from packwise.files._read import BadRow
+
+    root = tmp_path.resolve()
+    (root / "loop.png").symlink_to(root / "loop.png")
+    (root / "dangling.png").symlink_to(root / "nowhere.png")
+    cases = {
+        "loop.png": f"names image {root / 'loop.png'}, which cannot be followed",
+        "dangling.png": f"names image 'dangling.png', which resolves to {root / 'nowhere.png'}, which does not exist",
+        "a\x00.png": "has a image path 'a\\x00.png' with a NUL character",
+    }
+    for path, message in cases.items():
+        with pytest.raises(BadRow) as e:
+            resolve_media_path(path, base=root, media_root=root, where="row 0", field="images[0]", kind="image")
+        assert message in str(e.value), str(e.value)
+
+
+def _parquet_folder(path, names):
+    path.mkdir()
+    for name in names:
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"input_ids": [[1, 2]]}), path / name)
+    return path
+
+
+def test_parquet_folders_that_would_be_read_wrong_are_refused(tmp_path):
+    cases = {
+        "splits": (["train-00000-of-00001.parquet", "test-00000-of-00001.parquet"], "holds 2 shard sets"),
+        "stale": ([f"d-0000{i}-of-00002.parquet" for i in range(2)] + [f"d-0000{i}-of-00003.parquet" for i in range(3)],
+                  "holds 2 shard sets (d-*-of-00002.parquet, d-*-of-00003.parquet)"),
+        "hive": (["part-0.parquet", "year=2020/part-1.parquet"], "has Parquet files in subfolders (year=2020/part-1"),
+        "hidden": (["a.parquet", ".a.parquet"], ".a.parquet is a folder or a hidden name"),
+    }  # fmt: skip
+    for name, (files, message) in cases.items():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            read_input(_parquet_folder(tmp_path / name, files))
+    linked = _parquet_folder(tmp_path / "linked", ["a.parquet"])
+    (linked / "b.parquet").symlink_to(linked / "a.parquet")
+    with pytest.raises(ValueError, match=re.escape("a.parquet and b.parquet in the folder are the same file")):
+        read_input(linked)
+    meta = _parquet_folder(tmp_path / "meta", ["a.parquet", "b.parquet"])
+    parts = []
+    for f in ("a.parquet", "b.parquet"):
+        parts.append(pq.read_metadata(meta / f))
+        parts[-1].set_file_path(f)
+    parts[0].append_row_groups(parts[1])
+    parts[0].write_metadata_file(meta / "_metadata")
+    assert read_input(meta).num_rows == 2
+    (meta / "b.parquet").rename(meta / "c.parquet")  # the same rows counted, another file
+    with pytest.raises(ValueError, match=re.escape("_metadata names other files than the folder holds (missing: "
+                                                   "b.parquet; not in _metadata: c.parquet)")):  # fmt: skip
+        read_input(meta)
+
+
+def test_state_json_names_must_be_plain_file_names(hf_dir):
+    state = json.loads((hf_dir / "state.json").read_text())
+    for bad in ("./data-00000-of-00003.arrow", "data-00000-of-00003.arrow/", "sub/x.arrow", "state.json"):
+        (hf_dir / "state.json").write_text(
+            json.dumps(state | {"_data_files": state["_data_files"] + [{"filename": bad}]})
+        )
+        with pytest.raises(ValueError, match=re.escape(f"state.json names data file {bad!r}, not the plain name")):
+            read_input(hf_dir)
+    (hf_dir / "alias.arrow").symlink_to(hf_dir / "data-00000-of-00003.arrow")
+    (hf_dir / "state.json").write_text(
+        json.dumps(state | {"_data_files": state["_data_files"] + [{"filename": "alias.arrow"}]})
+    )
+    with pytest.raises(
+        ValueError, match=re.escape("data-00000-of-00003.arrow and alias.arrow in state.json are the same file")
+    ):
+        read_input(hf_dir)

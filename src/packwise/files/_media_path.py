@@ -34,12 +34,16 @@ def resolve_media_path(
     """
     if not isinstance(path, str) or not path:
         raise BadRow(where, field, f"has a {kind} path {path!r}; expected a non-empty string")
+    if "\x00" in path:
+        raise BadRow(where, field, f"has a {kind} path {path!r} with a NUL character; no file has such a name")
     raw = Path(path)
     raw = raw if raw.is_absolute() else Path(base or Path.cwd()) / raw
-    full = raw.resolve()
-    given = Path(os.path.normpath(raw))  # for the message only: the file read is ``full``
-    # reached through a symbolic link: named as the row names it, then where it leads
-    named = f"{given}, which resolves to {full}," if given != full else f"{full},"
+    try:
+        full = raw.resolve()
+    except (RuntimeError, OSError) as e:  # a link loop
+        raise BadRow(where, field, f"names {kind} {raw}, which cannot be followed ({e})", "remove the link") from e
+    # through a symbolic link, or with ``..`` after one: named as the row gives it, then where it leads
+    named = f"{path!r}, which resolves to {full}," if Path(os.path.normpath(raw)) != full else f"{full},"
     if media_root is not None:
         root = Path(media_root).resolve()
         if full != root and root not in full.parents:
@@ -49,9 +53,9 @@ def resolve_media_path(
                 "move the file there or pass --media-root (media_root=) a folder that contains it",
             )  # fmt: skip
     if full.is_dir():
-        raise BadRow(where, field, f"names {kind} {full}, which is a directory, not a file", "name the file itself")
+        raise BadRow(where, field, f"names {kind} {named} which is a directory, not a file", "name the file itself")
     if not full.is_file():
         raise BadRow(
-            where, field, f"names {kind} {full}, which does not exist (relative paths are relative to the input file)"
+            where, field, f"names {kind} {named} which does not exist (relative paths are relative to the input file)"
         )
     return full
