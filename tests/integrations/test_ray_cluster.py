@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -185,6 +186,18 @@ def test_s3_input_and_output(s3, tmp_path, monkeypatch):
             pack_ray(f"s3://bkt/in{query}", f"s3://bkt/out{query}", **options)
         with pytest.raises(ValueError, match="input s3://bkt/nothing does not exist"):
             pack_ray(f"s3://bkt/nothing{query}", f"s3://bkt/out2{query}", **options)
+        # a save_to_disk folder on s3
+        with fs.open_output_stream("bkt/hf/data-00000-of-00001.arrow") as f, pa.ipc.new_stream(f, table.schema) as w:
+            w.write_table(table)
+        for listed, message in (
+            (["data-00000-of-00001.arrow"] * 2, "lists 'data-00000-of-00001.arrow' more than once"),
+            (["../in/a.parquet"], "which is outside the dataset folder"),
+            (["data-00000-of-00002.arrow"], "data-00001-of-00002.arrow missing (1 of 2 shards"),
+        ):
+            with fs.open_output_stream("bkt/hf/state.json") as f:  # the local reader's checks, on s3 too
+                f.write(json.dumps({"_data_files": [{"filename": n} for n in listed]}).encode())
+            with pytest.raises(ValueError, match=re.escape(message)):
+                pack_ray(f"s3://bkt/hf{query}", f"s3://bkt/out4{query}", format="hf", **options)
         from packwise.integrations import ray as ray_engine
 
         real = ray_engine._write_group

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from ..files import listed_data_files
 
 
 @dataclass(frozen=True)
@@ -96,17 +97,22 @@ def digest(locs: list[Loc]) -> str:
 
 
 def hf_files(loc: Loc) -> list[Loc]:
-    """The Arrow files of a directory saved with ``datasets.Dataset.save_to_disk`` (order of state.json)."""
+    """The Arrow files of a directory saved with ``datasets.Dataset.save_to_disk`` (order of state.json), with
+    the local reader's checks on the names (:func:`packwise.files.listed_data_files`) and every file present.
+
+    Raises:
+        ValueError: as ``listed_data_files``, or a listed file is missing.
+    """
     state = loc.child("state.json")
-    if state.exists():
-        try:
-            files = [loc.child(f["filename"]) for f in json.loads(state.read_text()).get("_data_files", [])]
-        except (ValueError, AttributeError, TypeError, KeyError) as e:
-            raise ValueError(f"input {loc}: state.json is not a saved HF dataset's ({type(e).__name__}: {e})") from e
-    else:
-        files = loc.list(".arrow")
-    if not files:
-        raise ValueError(f"input {loc}: no saved HF dataset files (*.arrow); pass a dataset saved with save_to_disk")
+    text = state.read_text() if state.exists() else None
+    names = listed_data_files(loc, text, [f.path.rsplit("/", 1)[-1] for f in loc.list(".arrow")])
+    files = [loc.child(n) for n in names]
+    missing = [n for n, f in zip(names, files) if not f.exists()]
+    if missing:
+        raise ValueError(
+            f"input {loc} is incomplete: {', '.join(missing[:3])} listed in state.json "
+            f"{'is' if len(missing) == 1 else 'are'} missing; save the dataset again"
+        )
     return files
 
 

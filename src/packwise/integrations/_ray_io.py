@@ -18,6 +18,7 @@ import pyarrow as pa
 from ..files import (
     RawInput,
     check_jsonl_file,
+    check_shard_set,
     detect_format,
     detect_kind,
     from_rows,
@@ -118,6 +119,8 @@ def _remote_source(ray, loc: Loc, fmt: str | None, skip: bool, cpus: int) -> tup
         kind, pieces = _arrow_pieces(ray, files, str(loc), cpus)
         return str(loc), kind, pieces, ray.remote(digest).remote(files)
     files = loc.list(".parquet") if loc.is_dir() else [loc]
+    if loc.is_dir():  # the local reader's check on the names: one complete shard set
+        check_shard_set(loc, [f.path.rsplit("/", 1)[-1] for f in files])
     if not files:
         raise ValueError(f"input {loc}: a directory without *.arrow (saved HF dataset) or *.parquet files")
     try:
