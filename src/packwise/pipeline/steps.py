@@ -61,8 +61,9 @@ def tokenize(
 ) -> tuple[Samples, list[tuple[int, str]]]:
     """Step ``tokenize``: validate and tokenize ``raw`` (text rows with ``tok`` and ``template``,
     pre-tokenized rows checked against ``tok``'s vocabulary); returns the samples and ``(row, message)`` of
-    skipped rows. HF shifts labels inside the loss, so each sample's first label is never a target: it is
-    normalised to -100 here, and only real targets count as loss tokens."""
+    skipped rows in row order (rows that are not JSON are found while reading, the others here). HF shifts
+    labels inside the loss, so each sample's first label is never a target: it is normalised to -100 here, and
+    only real targets count as loss tokens."""
     if raw.kind == "tokens":
         vocab = len(tok) if tok is not None else None
         samples, skipped = tokens_from_rows(raw, vocab_size=vocab, skip_bad_rows=skip_bad_rows, extra_names=extra_names)
@@ -72,7 +73,7 @@ def tokenize(
             progress=progress, vision=options.vision,
         )  # fmt: skip
     mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)  # the one boundary-label rule
-    return samples, skipped
+    return samples, sorted(skipped, key=lambda r: r[0])
 
 
 def overflow(samples: Samples, options: PackOptions, locate) -> tuple[Samples, OverflowCounts]:
