@@ -435,3 +435,13 @@ def test_load_packed_refuses_rows_that_do_not_hold_together(column, value, messa
     with pytest.raises(ValueError) as e:
         load_packed(out, verify_checksums=False)  # the row checks behind the hash check
     assert str(e.value) == f"{shard} {message}; the shard was modified — re-run packwise pack"
+
+
+def test_skipped_rows_are_listed_in_row_order(tmp_path):
+    ok = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    bot = {"messages": [{"role": "bot", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join([json.dumps(ok), json.dumps(bot), "{not json", json.dumps(ok)]) + "\n")
+    _, report = pack_dataset(path, capacity=64, skip_bad_rows=True)
+    assert [m.split(":")[0] for m in report.skipped_examples] == [f"{path} line 2", f"{path} line 3"]
+    assert (report.rows_read, report.rows_skipped, report.sequences_packed) == (4, 2, 2)
