@@ -27,6 +27,7 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
+from ._options import check_fill, check_int, check_options
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,6 +111,8 @@ class PackedSequence:
         """
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
             raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+        check_int(pad_token_id, "pad_token_id")
+        check_int(position_offset, "position_offset")
         cu = np.asarray(cu_seqlens, dtype=np.int64).reshape(-1)
         tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}
         ref = tensors.get("input_ids", tensors.get("labels"))
@@ -242,6 +245,9 @@ def assemble_pack(
     """
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+    pad_values = check_options(
+        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values
+    )
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
@@ -273,6 +279,9 @@ def _execute(
     validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id, labels=labels)
     positions = _positions(cols, lay.pos_in_seg, lay.seq_idx, lay.seg_real, dst, position_offset, n, device)
     pad_values = dict(pad_values or {})
+    for name in pad_values.keys() & cols.extra.keys():  # the pad value fits the column in every sequence
+        for dtype in cols.dtypes.get(name, (cols.extra[name].dtype,)):
+            check_fill(pad_values[name], dtype, name)
     return PackedSequence(
         input_ids=place(cols.ids, pad_token_id) if cols.ids is not None else None,
         labels=place(labels, label_pad_id),
