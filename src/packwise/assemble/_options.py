@@ -32,7 +32,9 @@ def check_int(value, option: str) -> None:
         TypeError: pad_token_id=1.5 is a float; give an integer (a token id, label or position)
     """
     if not _integer(value):
-        raise TypeError(f"{option}={value!r} is a {type(value).__name__}; give an integer (a token id, label or position)")
+        raise TypeError(
+            f"{option}={value!r} is a {type(value).__name__}; give an integer (a token id, label or position)"
+        )
     if not _INT64[0] <= int(value) <= _INT64[1]:
         raise ValueError(
             f"{option}={value} does not fit int64 [{_INT64[0]}, {_INT64[1]}] (the dtype of input_ids, labels and "
@@ -57,7 +59,8 @@ def check_pad_values(pad_values: Mapping | None, pad_token_id: int) -> dict:
     for name, value in pad_values.items():
         if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
             raise TypeError(
-                f"pad_values[{name!r}]={value!r} is a {type(value).__name__}; a pad value is a number (int, float, bool)"
+                f"pad_values[{name!r}]={value!r} is a {type(value).__name__}; a pad value is a number "
+                "(int, float, bool)"
             )
         if name == "labels" and value != IGNORE_INDEX:
             raise ValueError(
@@ -92,14 +95,15 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
     fix = f"give a pad value the column holds, or store {name!r} in a wider dtype"
     if dtype == torch.bool:
         if value not in (0, 1):
-            raise ValueError(f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype bool (0 or 1); {fix}")
+            raise ValueError(
+                f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype bool (0 or 1); {fix}"
+            )
         return
     if dtype.is_floating_point:
         top = torch.finfo(dtype).max
         if math.isfinite(value) and abs(value) > top:
             raise ValueError(
-                f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} "
-                f"[{-top}, {top}]; {fix}"
+                f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} [{-top}, {top}]; {fix}"
             )
         return
     info = torch.iinfo(dtype)
