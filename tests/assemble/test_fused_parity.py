@@ -126,6 +126,28 @@ def test_a_pad_value_outside_the_column_dtype_is_named(value, opts):
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "dtype", "message"),
+    [
+        (
+            1e6,
+            torch.float16,
+            "pad_values['tt']=1000000.0 does not fit column 'tt' of dtype torch.float16 [-65504.0, 65504.0]",
+        ),
+        (2**1100, torch.float32, "does not fit column 'tt' of dtype torch.float32 [-3.4028234663852886e+38, "),
+        (2, torch.bool, "pad_values['tt']=2 does not fit column 'tt' of dtype bool (0 or 1)"),
+    ],
+)
+def test_float_and_bool_columns_take_what_they_hold(value, dtype, message):
+    packs = [[{"input_ids": torch.tensor([1, 2, 3]), "tt": torch.tensor([1, 0, 1]).to(dtype)}]]
+    kind, msg = assert_same_outcome(packs, pad_values={"tt": value}, pad_to_multiple_of=4)
+    assert kind is ValueError and message in msg
+    for ok in (float("inf"), -1.5):  # (NaN fits too; torch.equal cannot compare it)
+        if dtype.is_floating_point:
+            got = assert_same_outcome(packs, pad_values={"tt": ok}, pad_to_multiple_of=4)
+            assert got["tt"][0, 3].item() == ok
+
+
 def test_a_pad_value_must_fit_every_sequence_of_a_column():
     """uint8 in one sequence, int64 in another: 300 would fit the promoted column, not the uint8 sequence."""
     packs = [

@@ -101,7 +101,8 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
         return
     if dtype.is_floating_point:
         top = torch.finfo(dtype).max
-        if math.isfinite(value) and abs(value) > top:
+        finite = not isinstance(value, (float, np.floating)) or math.isfinite(value)  # (an int of any size is)
+        if finite and abs(value) > top:
             raise ValueError(
                 f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} [{-top}, {top}]; {fix}"
             )
