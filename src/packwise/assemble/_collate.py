@@ -77,7 +77,9 @@ def collate_packs(
         packs: P :class:`PackedSequence` objects (from ``assemble_pack`` or ``PackedParquetDataset``).
         layout: ``"thd"`` — one row ``[1, ΣT]``; ``"padded"`` — ``[P, S]`` rows, ``S`` the longest pack.
         pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this.
-        pad_values: pad value per extra column for packs that lack it and for batch padding (default 0).
+        pad_values: pad value per extra column for packs that lack it and for batch padding (default 0), as
+            :func:`~packwise.assemble.assemble_pack` checks it (refused: ``labels`` other than -100, a value
+            outside a pack's column dtype, ...).
         pad_token_id: ``input_ids`` value on batch padding.
         labels: the label convention of the batch: ``"hf"`` (unshifted; HF Transformers), ``"shifted"``
             (Megatron: ``labels[t]`` is the target of position ``t``; the batch then carries ``tokens``

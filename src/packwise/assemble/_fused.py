@@ -63,7 +63,7 @@ def assemble_batch(
     Args:
         packs: P lists of sequences (mappings with ``input_ids (L,)`` and optional ``labels (L,)`` and
             per-token columns ``(L, ...)``); a plan's packs, e.g. ``[[samples[i] for i in p] for p in
-            plan.packs()[a:b]]``.
+            plan.packs()[a:b]]``; any other iterable (a generator) is read once, into a list.
         layout, pad_to_multiple_of: as :func:`collate_packs`.
         pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset: as
             :func:`assemble_pack` (``pad_values`` and ``pad_token_id`` also as :func:`collate_packs`).
@@ -73,7 +73,9 @@ def assemble_batch(
         ``padding_mask``, ``seq_idx`` ``[1, T]`` (thd), ``cu_seqlens`` ``(M+1,)`` int32, ...
 
     Raises:
-        ValueError, TypeError: as :func:`assemble_pack` and :func:`collate_packs`.
+        ValueError, TypeError: as :func:`assemble_pack` and :func:`collate_packs` — the same refusal, with the same
+            message (row-shaped ``(1, L)`` columns, pad values outside a column's dtype or for what packwise pads
+            itself, non-integer pad ids and offsets ...). TypeError: ``packs`` not iterable.
 
     Example:
         >>> b = assemble_batch([[{"input_ids": torch.tensor([1, 2, 3])}], [{"input_ids": torch.tensor([4, 5])}]])

@@ -217,7 +217,9 @@ def assemble_pack(
         alignment: pad each sequence to a multiple of this many tokens (see ``plan.alignment_multiple``).
         pad_token_id: ``input_ids`` value on padding.
         label_pad_id: ``labels`` value on padding and at boundaries.
-        pad_values: padding value per extra column (default 0).
+        pad_values: padding value per extra column (default 0); each must fit the column's dtype in every
+            sequence. Not for what packwise pads itself: ``labels`` only -100, ``input_ids`` only
+            ``pad_token_id``, no produced name (``padding_mask``, ``position_ids``, ...).
         labels_shifted: the convention of the pack's labels (output): False — HF, ``labels[t]`` is token
             ``t``; True — Megatron, ``labels[t]`` is the target of position ``t``. Rows are converted within
             each sequence; a Megatron row's last target cannot become an HF label and is refused.
@@ -233,7 +235,9 @@ def assemble_pack(
             -100 nor a token id, a ``loss_mask`` value other than 0/1, labels that look like the other
             convention, a Megatron target an HF pack would lose, tensors on different devices — naming the
             sequence index, column and numbers.
-        TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions.
+        TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions;
+            a ``pad_token_id``, ``label_pad_id`` or ``position_offset`` that is not an integer (ValueError: beyond
+            int64); a pad value that is not a number (ValueError: outside its column's dtype).
 
     Example:
         >>> p = assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}])
