@@ -149,7 +149,7 @@ def batches(draw):
     if draw(st.booleans()):
         opts["pad_to"] = longest + draw(st.integers(0, 5))
     if draw(st.booleans()):
-        opts["pad_values"] = {"mm_token_type_ids": 3}
+        opts["pad_values"] = {"mm_token_type_ids": 1 if column is torch.bool else 3}  # (a bool column holds 0/1)
     return packs, opts
 
 

@@ -21,6 +21,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._batch import PackedBatch
 from ._labels import Labels, check_labels, shift_labels, unshift_labels
+from ._options import check_fill, check_int, check_pad_values
 from ._pack import PackedSequence
 
 Layout = Literal["thd", "padded"]
@@ -28,11 +29,13 @@ Layout = Literal["thd", "padded"]
 EMIT = ("position_ids", "padding_mask", "seq_idx")
 
 
-def _column_specs(packs: Sequence[PackedSequence]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+def _column_specs(packs: Sequence[PackedSequence], pad_values: dict) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     specs: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
     for i, p in enumerate(packs):
         for name, col in p.columns.items():
             shape, dtype = tuple(col.shape[1:]), col.dtype
+            if name in pad_values:  # (the batch's promoted dtype holds whatever every pack's holds)
+                check_fill(pad_values[name], dtype, name)
             if name in specs:
                 if specs[name][0] != shape:
                     raise ValueError(
@@ -74,7 +77,9 @@ def collate_packs(
         packs: P :class:`PackedSequence` objects (from ``assemble_pack`` or ``PackedParquetDataset``).
         layout: ``"thd"`` — one row ``[1, ΣT]``; ``"padded"`` — ``[P, S]`` rows, ``S`` the longest pack.
         pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this.
-        pad_values: pad value per extra column for packs that lack it and for batch padding (default 0).
+        pad_values: pad value per extra column for packs that lack it and for batch padding (default 0), as
+            :func:`~packwise.assemble.assemble_pack` checks it (refused: ``labels`` other than -100, a value
+            outside a pack's column dtype, ...).
         pad_token_id: ``input_ids`` value on batch padding.
         labels: the label convention of the batch: ``"hf"`` (unshifted; HF Transformers), ``"shifted"``
             (Megatron: ``labels[t]`` is the target of position ``t``; the batch then carries ``tokens``
@@ -154,10 +159,11 @@ def collate_packs(
         shifted = conventions.pop()
     else:
         shifted = check_labels(labels) == "shifted"
-    pad_values = dict(pad_values or {})
+    check_int(pad_token_id, "pad_token_id")
+    pad_values = check_pad_values(pad_values, pad_token_id)
     if pack_width is not None:
         packs = [_widen(p, pack_width, i, pad_token_id, pad_values) for i, p in enumerate(packs)]
-    specs = _column_specs(packs)
+    specs = _column_specs(packs, pad_values)
     has_mrope = any(p.position_ids.dim() == 2 for p in packs)
     if mrope is False and has_mrope:
         raise ValueError("packs carry MRoPE position ids (3, T) but mrope=False (consumer.mrope); set mrope=True")

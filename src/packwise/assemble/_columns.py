@@ -66,6 +66,7 @@ class _Columns:
     device: torch.device
     media: dict[str, torch.Tensor] = field(default_factory=dict)
     labels_flat: torch.Tensor | None = None  # every row's labels, concatenated (flat input: no concatenation)
+    dtypes: dict[str, set] = field(default_factory=dict)  # extra column -> its dtypes over the sequences (mixed)
 
 
 def _names(seq: Mapping) -> list[str]:
@@ -208,7 +209,7 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 media.setdefault(key, []).append(value)
         for key, values in metadata.items():
             values.append(seq.get(key))
-    joined = {}
+    joined, mixed = {}, {}
     for name, chunks in extra.items():
         head = chunks[0]
         dtype, trailing = head.dtype, head.shape[1:]
@@ -220,16 +221,17 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 shapes = sorted({tuple(x.shape[1:]) for x in chunks})
                 raise ValueError(f"column {name!r}: per-token shapes differ across sequences: {shapes}")
         if not same:
+            mixed[name] = {c.dtype for c in chunks}
             for c in chunks[1:]:
                 dtype = torch.promote_types(dtype, c.dtype)
         joined[name] = torch.cat(chunks if same else [c.to(device=device, dtype=dtype) for c in chunks])
     ids_cat = None
     if ids_list:
-        ids_cat = torch.cat(ids_list) if len(ids_list) > 1 else ids_list[0]
+        ids_cat = torch.cat(ids_list)  # a copy even of one sequence: the pack never aliases the caller's tensor
         if ids_cat.dtype != torch.int64 or ids_cat.device != device:
             ids_cat = ids_cat.to(device=device, dtype=torch.int64)
     media_cat = {k: torch.cat([t.to(device) for t in v]) for k, v in media.items()}
-    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat)
+    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat, dtypes=mixed)
 
 
 def flat_columns(columns: Mapping[str, torch.Tensor], lengths: list[int], metadata: dict[str, list]) -> _Columns:

@@ -30,6 +30,7 @@ from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
 from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
+from ._options import check_fill, check_options
 from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
@@ -62,7 +63,7 @@ def assemble_batch(
     Args:
         packs: P lists of sequences (mappings with ``input_ids (L,)`` and optional ``labels (L,)`` and
             per-token columns ``(L, ...)``); a plan's packs, e.g. ``[[samples[i] for i in p] for p in
-            plan.packs()[a:b]]``.
+            plan.packs()[a:b]]``; any other iterable (a generator) is read once, into a list.
         layout, pad_to_multiple_of: as :func:`collate_packs`.
         pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset: as
             :func:`assemble_pack` (``pad_values`` and ``pad_token_id`` also as :func:`collate_packs`).
@@ -72,13 +73,22 @@ def assemble_batch(
         ``padding_mask``, ``seq_idx`` ``[1, T]`` (thd), ``cu_seqlens`` ``(M+1,)`` int32, ...
 
     Raises:
-        ValueError, TypeError: as :func:`assemble_pack` and :func:`collate_packs`.
+        ValueError, TypeError: as :func:`assemble_pack` and :func:`collate_packs` — the same refusal, with the same
+            message (row-shaped ``(1, L)`` columns, pad values outside a column's dtype or for what packwise pads
+            itself, non-integer pad ids and offsets ...). TypeError: ``packs`` not iterable.
 
     Example:
         >>> b = assemble_batch([[{"input_ids": torch.tensor([1, 2, 3])}], [{"input_ids": torch.tensor([4, 5])}]])
         >>> b["input_ids"].tolist(), b["labels"].tolist(), b["position_ids"].tolist(), b["cu_seqlens"].tolist()
         ([[1, 2, 3, 4, 5]], [[-100, 2, 3, -100, 5]], [[0, 1, 2, 0, 1]], [0, 3, 5])
     """
+    if not isinstance(packs, Sequence):  # a generator: read once, for the fast path and its fallback alike
+        try:
+            packs = list(packs)
+        except TypeError:
+            raise TypeError(
+                f"packs is a {type(packs).__name__}; pass a sequence of packs (each a list of sequence mappings)"
+            ) from None
     out = None
     # the fast path covers HF rows in the HF convention; Megatron rows (labels + loss_mask) and the shifted output
     # convention take the two-step path, which converts them losslessly or refuses (assemble._labels.row_labels)
@@ -120,6 +130,10 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         return None
     if pad_to is not None and not _is_int(pad_to):
         return None
+    # the option checks of assemble_pack: a refusal (ValueError, TypeError) sends the batch to the two-step path
+    pad_values = check_options(
+        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=offset, pad_values=pad_values
+    )
     sizes = list(map(len, packs))
     seqs = list(chain.from_iterable(packs))
     if not seqs or min(sizes) == 0:
@@ -145,6 +159,9 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             return None  # lengths that differ (or trailing dimensions): the two-step path names them
         cols[name] = col
         dtypes[name] = set(map(_DTYPE, col))
+        if name in pad_values:
+            for dtype in dtypes[name]:  # as assemble_pack: the pad value fits the column in every sequence
+                check_fill(pad_values[name], dtype, name)
     if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", set()).isdisjoint(_NOT_IDS):
         return None  # float or bool ids/labels: the two-step path refuses them
     device = ids[0].device
@@ -164,17 +181,23 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if dst is None and (dtype is None or dtypes[name] == {dtype}) and len(dtypes[name]) == 1:
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
-            return torch.cat(chunks)
-        values = torch.cat(chunks)
-        if dtype is not None and values.dtype != dtype:
-            values = values.to(dtype)
-        if dst is None and values.shape[0] == width:
-            return values
-        out = torch.full((width,), fill, dtype=values.dtype, device=device)
-        if dst is None:
-            out[:total] = values
+            out = torch.cat(chunks)
         else:
-            out[dst] = values
+            values = torch.cat(chunks)
+            if values.shape[0] != (total if dst is None else dst.shape[0]):  # row-shaped (1, L) sequences: never
+                # broadcast into the row
+                raise ValueError(name)
+            if dtype is not None and values.dtype != dtype:
+                values = values.to(dtype)
+            if dst is None and not extra:
+                return values
+            out = torch.full((width, *values.shape[1:]), fill, dtype=values.dtype, device=device)
+            if dst is None:
+                out[:total] = values
+            else:
+                out[dst] = values
+        if out.shape[0] != width:
+            raise ValueError(name)  # (1, L) sequences: the two-step path names them
         return out
 
     # -- columns: each written once ------------------------------------------------------------------------

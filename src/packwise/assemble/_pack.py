@@ -27,6 +27,7 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
+from ._options import check_fill, check_int, check_options
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,6 +111,8 @@ class PackedSequence:
         """
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
             raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+        check_int(pad_token_id, "pad_token_id")
+        check_int(position_offset, "position_offset")
         cu = np.asarray(cu_seqlens, dtype=np.int64).reshape(-1)
         tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}
         ref = tensors.get("input_ids", tensors.get("labels"))
@@ -214,7 +217,9 @@ def assemble_pack(
         alignment: pad each sequence to a multiple of this many tokens (see ``plan.alignment_multiple``).
         pad_token_id: ``input_ids`` value on padding.
         label_pad_id: ``labels`` value on padding and at boundaries.
-        pad_values: padding value per extra column (default 0).
+        pad_values: padding value per extra column (default 0); each must fit the column's dtype in every
+            sequence. Not for what packwise pads itself: ``labels`` only -100, ``input_ids`` only
+            ``pad_token_id``, no produced name (``padding_mask``, ``position_ids``, ...).
         labels_shifted: the convention of the pack's labels (output): False — HF, ``labels[t]`` is token
             ``t``; True — Megatron, ``labels[t]`` is the target of position ``t``. Rows are converted within
             each sequence; a Megatron row's last target cannot become an HF label and is refused.
@@ -230,7 +235,9 @@ def assemble_pack(
             -100 nor a token id, a ``loss_mask`` value other than 0/1, labels that look like the other
             convention, a Megatron target an HF pack would lose, tensors on different devices — naming the
             sequence index, column and numbers.
-        TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions.
+        TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions;
+            a ``pad_token_id``, ``label_pad_id`` or ``position_offset`` that is not an integer (ValueError: beyond
+            int64); a pad value that is not a number (ValueError: outside its column's dtype).
 
     Example:
         >>> p = assemble_pack([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6]}])
@@ -242,6 +249,9 @@ def assemble_pack(
     """
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+    pad_values = check_options(
+        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values
+    )
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
@@ -273,6 +283,9 @@ def _execute(
     validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id, labels=labels)
     positions = _positions(cols, lay.pos_in_seg, lay.seq_idx, lay.seg_real, dst, position_offset, n, device)
     pad_values = dict(pad_values or {})
+    for name in pad_values.keys() & cols.extra.keys():  # the pad value fits the column in every sequence
+        for dtype in cols.dtypes.get(name, (cols.extra[name].dtype,)):
+            check_fill(pad_values[name], dtype, name)
     return PackedSequence(
         input_ids=place(cols.ids, pad_token_id) if cols.ids is not None else None,
         labels=place(labels, label_pad_id),

@@ -1,0 +1,124 @@
+"""Checks of the assembly options shared by both paths (``assemble_pack`` + ``collate_packs`` and the fused
+``assemble_batch``): the pad ids, ``position_offset`` and ``pad_values``, each refused by name with its value,
+its limit and the fix, before any tensor is filled with them (a raw ``torch.full`` overflow names none)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from ..constants import IGNORE_INDEX, PRODUCED
+from ._batch import MEDIA_KEYS
+
+_INT64 = (-(2**63), 2**63 - 1)
+#: ``pad_values`` keys packwise fills itself: a pad value for them would contradict the batch's own padding.
+_OWN = frozenset(PRODUCED) | frozenset(MEDIA_KEYS) | {"position_ids", "tokens"}
+
+
+def _integer(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(value, option: str) -> None:
+    """Refuse ``option=value`` unless it is an integer that fits int64 (the dtype of ids, labels, positions).
+
+    Example:
+        >>> check_int(1.5, "pad_token_id")
+        Traceback (most recent call last):
+        ...
+        TypeError: pad_token_id=1.5 is a float; give an integer (a token id, label or position)
+    """
+    if not _integer(value):
+        raise TypeError(
+            f"{option}={value!r} is a {type(value).__name__}; give an integer (a token id, label or position)"
+        )
+    if not _INT64[0] <= int(value) <= _INT64[1]:
+        raise ValueError(
+            f"{option}={value} does not fit int64 [{_INT64[0]}, {_INT64[1]}] (the dtype of input_ids, labels and "
+            f"position_ids); give a value in that range (a token id of the vocabulary)"
+        )
+
+
+def check_pad_values(pad_values: Mapping | None, pad_token_id: int) -> dict:
+    """The ``pad_values`` mapping as a dict, refused when it sets what packwise pads itself.
+
+    ``labels`` may only be -100 (padding must never be a target: a label pad would train on it);
+    ``input_ids`` only ``pad_token_id`` (set that instead); ``loss_mask`` only 0; the names packwise produces
+    (``padding_mask``, ``position_ids``, ``seq_idx``, ...) and media not at all. Every value is a number.
+
+    Raises:
+        TypeError: not a mapping, a value that is not a number. ValueError: the keys above.
+    """
+    if pad_values is None:
+        return {}
+    if not isinstance(pad_values, Mapping):
+        raise TypeError(f"pad_values is a {type(pad_values).__name__}; give a mapping column name -> pad value")
+    for name, value in pad_values.items():
+        if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+            raise TypeError(
+                f"pad_values[{name!r}]={value!r} is a {type(value).__name__}; a pad value is a number "
+                "(int, float, bool)"
+            )
+        if name == "labels" and value != IGNORE_INDEX:
+            raise ValueError(
+                f"pad_values['labels']={value!r}: padding labels are always {IGNORE_INDEX} (no loss), a label pad "
+                f"would train the model on padding; drop 'labels' from pad_values (label_pad_id sets the label of "
+                "alignment padding and boundaries)"
+            )
+        if name == "input_ids" and value != pad_token_id:
+            raise ValueError(
+                f"pad_values['input_ids']={value!r} differs from pad_token_id={pad_token_id!r}; input_ids padding is "
+                f"pad_token_id: pass pad_token_id={value!r} and drop 'input_ids' from pad_values"
+            )
+        if name == "loss_mask" and value != 0:
+            raise ValueError(
+                f"pad_values['loss_mask']={value!r}: padding never carries loss (loss_mask 0); drop 'loss_mask' from "
+                "pad_values"
+            )
+        if name in _OWN:
+            raise ValueError(
+                f"pad_values[{name!r}]={value!r}: packwise produces {name!r} and pads it itself; drop {name!r} from "
+                "pad_values"
+            )
+    return dict(pad_values)
+
+
+def check_fill(value, dtype: torch.dtype, name: str) -> None:
+    """Refuse ``pad_values[name]=value`` when the column's ``dtype`` cannot hold it exactly: an integer
+    column takes integers in its range, a bool column 0/1, a float column values within its finite range
+    (or inf/nan)."""
+    if dtype.is_complex:
+        return
+    fix = f"give a pad value the column holds, or store {name!r} in a wider dtype"
+    if dtype == torch.bool:
+        if value not in (0, 1):
+            raise ValueError(
+                f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype bool (0 or 1); {fix}"
+            )
+        return
+    if dtype.is_floating_point:
+        top = torch.finfo(dtype).max
+        finite = not isinstance(value, (float, np.floating)) or math.isfinite(value)  # (an int of any size is)
+        if finite and abs(value) > top:
+            raise ValueError(
+                f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} [{-top}, {top}]; {fix}"
+            )
+        return
+    info = torch.iinfo(dtype)
+    integral = _integer(value) or isinstance(value, bool) or (math.isfinite(value) and float(value).is_integer())
+    if not integral or not info.min <= int(value) <= info.max:
+        raise ValueError(
+            f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} (integers in "
+            f"[{info.min}, {info.max}]); {fix}"
+        )
+
+
+def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values) -> dict:
+    """Every option check of ``assemble_pack`` (the fused path runs the same): the checked ``pad_values``."""
+    check_int(pad_token_id, "pad_token_id")
+    check_int(label_pad_id, "label_pad_id")
+    check_int(position_offset, "position_offset")
+    return check_pad_values(pad_values, pad_token_id)
