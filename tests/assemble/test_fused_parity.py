@@ -236,3 +236,13 @@ def any_batches(draw):
 def test_fused_gives_the_two_step_batch_or_the_same_refusal(case):
     packs, opts = case
     assert_same_outcome(packs, **opts)
+
+
+@pytest.mark.parametrize("label_pad_id", [0, 7])
+def test_a_label_pad_id_that_is_a_token_id_is_refused_on_both_paths(label_pad_id):
+    pack = [{"input_ids": torch.tensor([1, 2, 3])}]
+    message = f"label_pad_id={label_pad_id} is a token id"
+    with pytest.raises(ValueError, match=message):
+        assemble_pack(pack, label_pad_id=label_pad_id)
+    with pytest.raises(ValueError, match=message):
+        assemble_batch([pack], label_pad_id=label_pad_id)

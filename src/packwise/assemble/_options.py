@@ -120,5 +120,11 @@ def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values) ->
     """Every option check of ``assemble_pack`` (the fused path runs the same): the checked ``pad_values``."""
     check_int(pad_token_id, "pad_token_id")
     check_int(label_pad_id, "label_pad_id")
+    if label_pad_id >= 0:  # a token id: boundary and alignment labels would become targets
+        raise ValueError(
+            f"label_pad_id={label_pad_id} is a token id, so the labels at document boundaries and in alignment "
+            "padding would be trained on; use a negative ignore index (-100, the default, as HF and PyTorch's "
+            "cross_entropy ignore)"
+        )
     check_int(position_offset, "position_offset")
     return check_pad_values(pad_values, pad_token_id)
