@@ -404,3 +404,29 @@ def test_leftovers_are_removed_only_with_a_dead_pid_and_packwise_content(data, t
     err = capsys.readouterr().err
     assert f"note: left {tmp_path / '.out.tmp-mine'} in place: its name looks like a leftover" in err
     assert (tmp_path / ".out.tmp-mine" / "report.md").read_text() == "mine"
+
+
+def test_a_killed_ray_runs_spill_is_removed_with_its_staging_and_nothing_else_is(data, tmp_path, capsys):
+    import pickle
+
+    import numpy as np
+
+    out = tmp_path / "out"
+    assert pack(data, out) == 0
+    spill = out / ".packwise-staging-999997-ab" / ".packwise-spill"  # a dead run's, as _ray_spill writes it
+    (spill / "g000000").mkdir(parents=True)
+    (spill / "piece-0000000.pkl").write_bytes(pickle.dumps({"rows": [1]}, protocol=5))
+    with open(spill / "piece-0000000.npy", "wb") as f:
+        np.save(f, np.array([3], dtype=np.int32))
+    (spill / "g000000" / "piece-0000000.pkl").write_bytes(pickle.dumps([1], protocol=5))
+    (spill / "piece-0000001.pkl").write_bytes(b"")  # killed while writing
+    foreign = out / ".packwise-staging-999996-cd" / ".packwise-spill"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")  # not what the spill holds: kept and named
+    assert pack(data, out, "--overwrite") == 1
+    err = capsys.readouterr().err
+    assert "holds files packwise did not write" in err and ".packwise-staging-999996-cd" in err, err
+    assert ".packwise-staging-999997-ab" not in err  # the spill is packwise's
+    shutil.rmtree(foreign.parent)
+    assert pack(data, out, "--overwrite") == 0
+    assert not spill.parent.exists()

@@ -15,6 +15,7 @@ LOCK = ".packwise.lock"
 MANIFEST = ".packwise-manifest.json"
 JOURNAL = ".packwise-commit"
 STAGING_PREFIX = ".packwise-staging-"
+SPILL_DIR = ".packwise-spill"  # the Ray engine's pass-1 spill, inside a staging directory
 #: Files of an older packwise output (no manifest) besides metadata.json and its shards.
 LEGACY_REPORT_FILES = (
     "report.json", "report.md", "report-fill.png", "report-lengths.png", "report-speedup.png", "report-tokens.png",
@@ -24,6 +25,8 @@ _SHARD = re.compile(r"^packs-\d{5}-of-\d{5}\.parquet$")
 _STAGING = re.compile(rf"^{re.escape(STAGING_PREFIX)}(\d+)-\w+$")
 _MANIFEST_TMP = re.compile(rf"^{re.escape(MANIFEST)}\.tmp-(\d+)$")
 _PNG = b"\x89PNG\r\n\x1a\n"
+_SPILL_FILE = re.compile(r"^piece-\d{7}\.(pkl|npy)$")
+_SPILL_GROUP = re.compile(r"^g\d{6}$")
 _SHOWN = 5
 
 
@@ -121,9 +124,32 @@ def _leftover_is_packwise(path: Path, pid: int | None) -> bool:
     if pid is None or pid == os.getpid() or _pid_alive(pid) or path.is_symlink() or not path.is_dir():
         return False
     try:
-        return all(_is_packwise_file(p) or _empty_packwise_name(p) for p in path.iterdir())
+        return all(
+            _is_packwise_file(p) or _empty_packwise_name(p) or (p.name == SPILL_DIR and _is_spill(p))
+            for p in path.iterdir()
+        )
     except OSError:
         return False
+
+
+def _is_spill(path: Path, depth: int = 0) -> bool:
+    """The Ray engine's spill folder (``integrations/_ray_spill.py``): ``piece-NNNNNNN.pkl``/``.npy`` files
+    (pickle protocol 5 / numpy ``.npy`` by their first bytes; empty: killed while writing) and ``gNNNNNN/``
+    writer-group folders of such files; nothing else, no links."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    for p in path.iterdir():
+        if p.is_symlink():
+            return False
+        if p.is_dir():
+            if depth or not _SPILL_GROUP.match(p.name) or not _is_spill(p, depth + 1):
+                return False
+            continue
+        m = _SPILL_FILE.match(p.name)
+        head = _head(p, 8)
+        if not m or not p.is_file() or (head and not head.startswith(b"\x80\x05" if m[1] == "pkl" else b"\x93NUMPY")):
+            return False
+    return True
 
 
 def _empty_packwise_name(path: Path) -> bool:

@@ -32,9 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import SPILL_DIR
 from ._ray_fs import Loc
 
-SPILL_DIR = ".packwise-spill"  # inside the local staging directory (removed before the commit)
+# SPILL_DIR: inside the local staging directory (removed before the commit); files/_owned.py knows its
+# contents, so a killed run's staging directory with a spill in it is removed as packwise's own leftover
 REMOTE_SPILL_DIR = "spill"  # inside the remote output's temporary prefix
 
 
