@@ -100,6 +100,7 @@ def test_pretokenized_dataset_with_bad_rows(tmp_path):
     rows[5]["input_ids"] = []  # empty -> skipped
     rows[170]["input_ids"] = [1, 999_999]  # outside qwen2.5's vocabulary -> skipped
     rows[40]["labels"] = [1]  # wrong length -> skipped
+    rows[250]["labels"], rows[260]["input_ids"], rows[280]["input_ids"] = [1], [], [1, 999_999]  # 6 > 5 listed
     table = pa.Table.from_pylist(rows)
     path = tmp_path / "tok.parquet"
     pq.write_table(table, path)
@@ -110,9 +111,10 @@ def test_pretokenized_dataset_with_bad_rows(tmp_path):
     assert (ours.pop("input"), theirs.pop("input")) == ("ray.data.Dataset", str(path))
     ours.pop("input_fingerprint"), theirs.pop("input_fingerprint")
     ours["skipped_examples"] = [m.replace("ray.data.Dataset", str(path)) for m in ours["skipped_examples"]]
-    assert ours == theirs  # plan, accounting and the bad rows, in the local engine's order
-    assert (report.rows_read, report.rows_skipped, report.samples) == (300, 3, 297)
-    assert [m.split(":")[0] for m in report.skipped_examples] == [f"ray.data.Dataset row {i}" for i in (5, 170, 40)]
+    assert ours == theirs  # plan, accounting and the first 5 bad rows, in row order as the local engine lists them
+    assert (report.rows_read, report.rows_skipped, report.samples) == (300, 6, 294)
+    listed = [m.split(":")[0] for m in report.skipped_examples]
+    assert listed == [f"ray.data.Dataset row {i}" for i in (5, 40, 170, 250, 260)]
     same_files(tmp_path / "ray", tmp_path / "local", metadata=False)  # metadata: only the input name differs
     pack_ray(table, tmp_path / "table", **options)  # a pyarrow.Table, as pack_columns takes it: all equal
     local_output(table, tmp_path / "table-local", **options)

@@ -31,7 +31,8 @@ def _check(stats: list[PieceStats], name: str, skip: bool) -> tuple[PieceCounts,
             f"{name}: rows carry different per-token columns ({' vs '.join(map(str, sorted(columns)))}); give every "
             "row the same per-token columns, or use the local engine, which skips odd rows with --skip-bad-rows"
         )
-    return counts, [msg for *_, msg in errors[:5]]
+    in_rows = sorted({(i, row, msg) for _, i, row, msg in errors})  # pieces are in input order
+    return counts, [msg for *_, msg in in_rows[:5]]
 
 
 def _plan(stats: list[PieceStats], options: PackOptions):

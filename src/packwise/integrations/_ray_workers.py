@@ -63,8 +63,9 @@ class PieceStats:
 
 
 def _rank(j: int, msg: str, n_parse: int, raw: RawInput) -> int:
-    """Sorting bad rows by (rank, piece, row) gives the local engine's order: unparsable lines first, then
-    each check in the order the local engine runs it over the whole input."""
+    """The lowest (rank, piece, row) is the bad row the local engine raises first without ``skip_bad_rows``:
+    unparsable lines first, then each check in the order the local engine runs it over the whole input.
+    (With ``skip_bad_rows`` both engines list skipped rows in row order.)"""
     tail = msg[msg.rfind(": field ") :]
     if j < n_parse:
         return 0
@@ -114,7 +115,10 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
         stats.fatal = str(e)
         return stats, None, None
     stats.counts = PieceCounts(rows_read=raw.num_rows, rows_skipped=len(skipped))
-    stats.errors = sorted((_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped))[:5]
+    ranked = [(_rank(j, m, len(raw.errors), raw), r, m) for j, (r, m) in enumerate(skipped)]
+    by_row = sorted(ranked, key=lambda e: e[1])[:5]  # the report lists skipped rows in row order
+    first = min(ranked, default=None)  # what the local engine raises first without skip_bad_rows
+    stats.errors = by_row + ([first] if first is not None and first not in by_row else [])
     try:
         fitted, counts = overflow(samples, options, raw.locate)
     except ValueError as e:
