@@ -34,7 +34,8 @@ class LiteTokenizer:
     """``load_tokenizer("qwen2.5")`` as far as packwise's pipeline asks (see the module docstring).
 
     The special tokens are known up front (Qwen2.5's, ids 151643..151664: no transformers needed to find
-    them) and checked against the loaded tokenizer before its first use (a mismatch raises).
+    them) and checked against the loaded tokenizer before its first use (a cached file that does not hold them,
+    or cannot be loaded, is rebuilt with a warning naming it).
 
     Example:
         >>> tok = pipeline_tokenizer("qwen2.5")
