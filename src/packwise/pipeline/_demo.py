@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import warnings
 
 from ..files import RawInput
-from ..text import cache_dir, package_dir
+from ..text import cache_dir, package_dir, write_cached
 
 CHITCHAT = "chitchat-dataset==0.9.0"
 
@@ -38,10 +38,16 @@ def _conversations_and_digest() -> tuple[list[list[dict]], str]:
     cached = cache_dir() / f"chitchat-{digest}.json"
     try:
         convs = json.loads(cached.read_bytes())
-        if isinstance(convs, list) and all(isinstance(c, list) for c in convs):
+        if _is_conversations(convs):
             return convs, digest
-    except (OSError, ValueError):  # not cached yet, or a torn file: convert again
-        pass
+        problem = "not a list of conversations"
+    except (FileNotFoundError, NotADirectoryError):  # not cached yet (or no cache folder)
+        problem = None
+    except (OSError, ValueError) as e:  # a torn file (or a folder in its place): convert again
+        problem = f"{type(e).__name__}: {e}"
+    if problem is not None:
+        message = f"packwise's cached default data {cached} cannot be used ({problem}); converting it again"
+        warnings.warn(message, stacklevel=3)
     convs = []
     for record in json.loads(raw).values():
         turns = record["messages"]
@@ -56,12 +62,20 @@ def _conversations_and_digest() -> tuple[list[list[dict]], str]:
         )
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(convs, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, cached)
+        text = json.dumps(convs, ensure_ascii=False, separators=(",", ":"))
+        write_cached(cached, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError:  # a read-only cache: the conversion still stands
         pass
     return convs, digest
+
+
+def _is_conversations(convs) -> bool:
+    """Whether ``convs`` has the cached conversion's shape: lists of ``{"role", "content"}`` string dicts."""
+    return isinstance(convs, list) and all(
+        isinstance(c, list)
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in c)
+        for c in convs
+    )
 
 
 def chitchat_input() -> RawInput:

@@ -13,12 +13,14 @@ from ._load import (  # noqa: F401
     BUILTIN_TOKENIZERS,
     SMOLLM2_GGUF,
     cache_dir,
+    cache_folder_error,
     chatml_template,
     load_chat_template,
     load_tokenizer,
     package_dir,
     tokenizer_fingerprint,
     tokenizer_name,
+    write_cached,
 )
 
 __all__ = ["encode_chats", "load_tokenizer"]

@@ -12,11 +12,19 @@ transformers tokenizer on first use and delegates to it, so no caller can get a 
 
 from __future__ import annotations
 
-import os
+import contextlib
 import threading  # the instance cache's lock
 from functools import cache
 
-from ._load import QWEN_ROLES, QWEN_SPECIAL_TOKENS, chatml_template, load_tokenizer, qwen25_file
+from ._load import (
+    QWEN_ROLES,
+    QWEN_SPECIAL_TOKENS,
+    chatml_template,
+    load_qwen25,
+    load_tokenizer,
+    qwen25_file,
+    write_cached,
+)
 
 #: Id of Qwen2.5's first special token (``<|endoftext|>``): the BPE ranks hold 151,643 tokens.
 QWEN_FIRST_SPECIAL_ID = 151643
@@ -26,7 +34,8 @@ class LiteTokenizer:
     """``load_tokenizer("qwen2.5")`` as far as packwise's pipeline asks (see the module docstring).
 
     The special tokens are known up front (Qwen2.5's, ids 151643..151664: no transformers needed to find
-    them) and checked against the loaded tokenizer before its first use (a mismatch raises).
+    them) and checked against the loaded tokenizer before its first use (a cached file that does not hold them,
+    or cannot be loaded, is rebuilt with a warning naming it).
 
     Example:
         >>> tok = pipeline_tokenizer("qwen2.5")
@@ -59,13 +68,14 @@ class LiteTokenizer:
             return self._backend
         from tokenizers import Tokenizer
 
-        backend = Tokenizer.from_file(str(self._file))
-        found = {i: (t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
-        if found != {i: (t.content, True) for i, t in self.added_tokens_decoder.items()}:
-            raise ValueError(
-                f"{self._file} does not hold Qwen2.5's special tokens at ids {QWEN_FIRST_SPECIAL_ID}.. (a modified "
-                "cache file?); delete that file to rebuild it"
-            )
+        def load(path):
+            backend = Tokenizer.from_file(str(path))
+            found = {i: (t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
+            if found != {i: (t.content, True) for i, t in self.added_tokens_decoder.items()}:
+                raise ValueError(f"it does not hold Qwen2.5's special tokens at ids {QWEN_FIRST_SPECIAL_ID}..")
+            return backend
+
+        backend = load_qwen25(load)
         self._backend = backend
         return backend
 
@@ -79,27 +89,28 @@ class LiteTokenizer:
         import tokenizers
 
         template = self.chat_template if template is None else template
-        st = self._file.stat()
-        key = hashlib.sha256(
-            f"{tokenizers.__version__}\0{st.st_size}\0{st.st_mtime_ns}\0{template}".encode()
-        ).hexdigest()
+
+        def key() -> str:
+            st = self._file.stat()
+            text = f"{tokenizers.__version__}\0{st.st_size}\0{st.st_mtime_ns}\0{template}"
+            return hashlib.sha256(text.encode()).hexdigest()
+
         store = self._file.with_name("fingerprints.json")
         try:
             known = json.loads(store.read_text())
         except (OSError, ValueError):
             known = {}
-        if not isinstance(known, dict) or not isinstance(known.get(key), str):
-            from ._load import definition_fingerprint
+        known = known if isinstance(known, dict) else {}
+        found = known.get(key())
+        if isinstance(found, str):
+            return found
+        from ._load import definition_fingerprint
 
-            known = known if isinstance(known, dict) else {}
-            known[key] = definition_fingerprint(self.backend_tokenizer.to_str(), template)
-            tmp = store.with_suffix(f".tmp{os.getpid()}")
-            try:
-                tmp.write_text(json.dumps(known))
-                os.replace(tmp, store)
-            except OSError:  # a read-only cache: computed again next time
-                pass
-        return known[key]
+        found = definition_fingerprint(self.backend_tokenizer.to_str(), template)  # may rebuild the file
+        known[key()] = found
+        with contextlib.suppress(OSError):  # a read-only cache: computed again next time
+            write_cached(store, lambda tmp: tmp.write_text(json.dumps(known)))
+        return found
 
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)

