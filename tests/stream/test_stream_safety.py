@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from packwise.stream import PackingLoader, PackingStream
@@ -65,3 +66,18 @@ def test_samples_without_input_ids_never_exceed_capacity():
         ValueError, match=r"pack 0 of window 0 holds 10 tokens > capacity 8 \(sequence lengths \[5, 5\]\)"
     ):
         list(stream)
+
+
+def test_numpy_integer_capacity_and_buffer_size_are_accepted():
+    stream = PackingStream(SAMPLES, capacity=np.int64(8), buffer_size=np.uint8(5), shuffle=False)
+    assert type(stream.capacity) is int and type(stream.buffer_size) is int  # JSON-safe settings
+    assert stream.state_dict()["settings"]["capacity"] == 8
+    plain = PackingStream(SAMPLES, capacity=8, buffer_size=5, shuffle=False)
+    assert [p.input_ids.tolist() for p in stream] == [p.input_ids.tolist() for p in plain]
+
+
+@pytest.mark.parametrize("capacity", [True, np.bool_(True), 8.0, np.float64(8)])
+def test_bool_or_float_capacity_is_refused_by_name(capacity):
+    with pytest.raises(ValueError) as info:
+        PackingStream(SAMPLES, capacity=capacity, buffer_size=5)
+    assert str(info.value) == f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}"

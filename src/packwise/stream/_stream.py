@@ -42,6 +42,11 @@ OVERFLOW = OVERFLOW_POLICIES
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
 
 
+def _plain_int(value):
+    """A numpy integer as a Python int (JSON-safe settings); anything else unchanged, for the caller to check."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
 class StreamSourceError(RuntimeError):
     """The source raised while producing a sample; ``sample`` is its index in the epoch's order."""
 
@@ -110,6 +115,7 @@ class PackingStream(IterableDataset, SampleRules):
         labels_shifted: bool = False,
         **algorithm_options,
     ) -> None:
+        buffer_size, capacity = _plain_int(buffer_size), _plain_int(capacity)  # numpy integers as plan_packs takes
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"buffer_size must be an integer >= 1 (samples per window), got {buffer_size!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -128,8 +134,6 @@ class PackingStream(IterableDataset, SampleRules):
                 f"source is a one-shot iterator ({type(source).__name__}); every epoch reads the source again — pass "
                 "a list, a map-style dataset, or a function returning a fresh iterator (lambda: my_generator())"
             )
-        if isinstance(capacity, np.integer):
-            capacity = int(capacity)
         self.algorithm = resolve_algorithm(algorithm)
         check_algorithm_options(self.algorithm, algorithm_options)
         self.source, self.capacity, self.buffer_size = source, capacity, buffer_size
