@@ -332,13 +332,13 @@ class PackingStream(IterableDataset, SampleRules):
 
     def _plan(self, window: int, base: int | list[int], samples: list[Mapping]) -> list[list[Mapping]]:
         at = base.__getitem__ if isinstance(base, list) else base.__add__  # sample j's index in the source
-        try:
-            if self.length_fn is not None:
-                lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
-            else:  # C-level maps: no per-sample Python frame
+        if self.length_fn is not None:
+            lengths = self._reported_lengths(samples, at)  # ints >= 1, checked without per-sample Python
+        else:
+            try:  # C-level maps: no per-sample Python frame
                 lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
-        except Exception:  # find and name the bad sample (a length_fn may raise anything)
-            lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
+            except Exception:  # find and name the bad sample
+                lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
@@ -347,12 +347,7 @@ class PackingStream(IterableDataset, SampleRules):
             self._check_reported(samples, lengths, at)
         kept = samples
         if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
-            kept, new_lengths = [], []
-            for j, s in enumerate(samples):
-                for piece in self._overflow(s, at(j), int(lengths[j])):
-                    kept.append(piece)
-                    new_lengths.append(self._length(piece, at(j)))
-            lengths = np.asarray(new_lengths, dtype=np.int64)
+            kept, lengths = self._apply_overflow(samples, lengths, at)
         if not kept:
             return []
         ss = np.random.SeedSequence([self.seed, self.epoch, window])
