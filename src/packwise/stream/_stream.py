@@ -69,7 +69,9 @@ class PackingStream(IterableDataset, SampleRules):
         seed: seeds the epoch order, the planners that use randomness and the pack order.
         overflow: samples longer than ``capacity``: ``truncate``, ``split`` (pieces, each its own
             sequence), ``drop`` (counted), or ``error``.
-        length_fn: ``sample -> tokens`` (default ``len(sample["input_ids"])``).
+        length_fn: ``sample -> tokens``, a Python or numpy int >= 1 (default ``len(sample["input_ids"])``).
+            It may over-report up to ``capacity`` (wasted room), never under-report; over ``capacity`` it must
+            be the sample's token count, which ``overflow`` cuts by.
         drop_last: drop the final window when it is not full (counted in ``stats``); by default leftover
             samples are packed.
         shuffle: change window membership every epoch (see the module docstring).
@@ -86,7 +88,9 @@ class PackingStream(IterableDataset, SampleRules):
             when none resumed mid-window.
 
     Raises:
-        ValueError: ``buffer_size < 1``, ``capacity < 1``, an unknown overflow policy or algorithm.
+        ValueError: ``buffer_size < 1``, ``capacity < 1`` (numpy integers are taken; bools and floats are not),
+            an unknown overflow policy or algorithm; while iterating, a ``length_fn`` value that is not an int
+            ``>= 1``, under-reports, or over ``capacity`` disagrees with the sample's ``input_ids`` (all named).
         TypeError: a source that is neither iterable nor callable, or an option the algorithm does not take.
 
     Example:
