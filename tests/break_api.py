@@ -201,8 +201,8 @@ case(
     lambda: list(stream(length_fn=lambda s: 1 / 0)),
     err("length_fn raised ZeroDivisionError"),
 )
-case("stream length_fn str", lambda: list(stream(length_fn=lambda s: "x")), err("length_fn raised"))
-case("stream length_fn zero", lambda: list(stream(length_fn=lambda s: 0)), err("every sample needs at least one"))
+case("stream length_fn str", lambda: list(stream(length_fn=lambda s: "x")), err("length_fn returned 'x' (str)"))
+case("stream length_fn zero", lambda: list(stream(length_fn=lambda s: 0)), err("length_fn returned 0 (int)"))
 case("stream no ids under", lambda: list(PackingStream([{"labels": [1] * 5}] * 2, capacity=8, buffer_size=2,
      length_fn=lambda s: 4)), err("> capacity 8"))  # fmt: skip
 case("stream samples padded", lambda: list(PackingStream([{"input_ids": [1, 2, 0], "attention_mask": [1, 1, 0]}],

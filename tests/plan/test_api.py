@@ -127,3 +127,14 @@ def test_split_fullest_pack_for_min_packs():
     # BFD on C=10: [6,4] [5,3,2]; min_packs=3 splits the fullest (both 10; lowest index: pack 0) -> [6] [4].
     plan = plan_packs([6, 5, 4, 3, 2], capacity=10, algorithm="greedy_knapsack", min_packs=3)
     assert [p.tolist() for p in plan.packs()] == [[0], [2], [1, 3, 4]]
+
+
+def test_uint64_length_above_int64_is_refused_as_too_large():
+    with pytest.raises(ValueError) as info:
+        plan_packs(np.array([3, 2**63], np.uint64), capacity=10)
+    assert str(info.value) == (
+        "sequence 1 has length 9223372036854775808, larger than any capacity (lengths are planned as int64, at most "
+        "9223372036854775807); truncate or split it before planning"
+    )
+    plan = plan_packs(np.array([3, 5], np.uint64), capacity=10)  # in range: planned as usual
+    assert [p.tolist() for p in plan.packs()] == [[1, 0]]

@@ -45,6 +45,7 @@ ALGORITHM_OPTIONS: dict[str, frozenset[str]] = {name: frozenset() for name in AL
 ALGORITHM_OPTIONS["balanced_greedy_knapsack"] = frozenset({"delta"})
 #: The largest capacity (tokens per pack): histogram planners keep O(capacity) state.
 MAX_CAPACITY = 1 << 24
+_INT64_MAX = int(np.iinfo(np.int64).max)
 #: Algorithms whose plan depends on ``seed``.
 RANDOMIZED: frozenset[str] = frozenset({"first_fit_shuffle"})
 
@@ -103,7 +104,13 @@ def as_lengths(lengths) -> np.ndarray:
 
     Raises:
         TypeError: not integers (floats, bools, objects).
-        ValueError: not 1-D, or a length < 1.
+        ValueError: not 1-D, a length < 1, or an unsigned length above int64's range.
+
+    Example:
+        >>> as_lengths(np.array([3, 2**63], np.uint64))
+        Traceback (most recent call last):
+        ...
+        ValueError: sequence 1 has length 9223372036854775808, larger than any capacity (lengths are planned as ...
     """
     if hasattr(lengths, "to_numpy") and not isinstance(lengths, np.ndarray):
         try:
@@ -124,6 +131,12 @@ def as_lengths(lengths) -> np.ndarray:
         raise TypeError(f"lengths must be integers, got {arr.dtype}{detail}; cast with .astype(int) if exact")
     if arr.dtype.kind not in "iu":
         raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
+    big = int(arr.argmax()) if arr.dtype == np.uint64 else 0
+    if arr.dtype == np.uint64 and arr[big] > _INT64_MAX:  # astype would wrap it to a negative length
+        raise ValueError(
+            f"sequence {big} has length {int(arr[big])}, larger than any capacity (lengths are planned as int64, "
+            f"at most {_INT64_MAX}); truncate or split it before planning"
+        )
     arr = arr.astype(np.int64, copy=False)
     if arr.shape[0]:
         i = int(arr.argmin())

@@ -13,6 +13,7 @@ from ..pipeline import cut_points
 from ._slice import _slice
 
 _INPUT_IDS = itemgetter("input_ids")
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class SampleRules:
@@ -46,12 +47,42 @@ class SampleRules:
                 "tokens assemble_pack will place (len(sample['input_ids']) after any transform)"
             )
 
+    def _reported_lengths(self, samples: list[Mapping], at) -> np.ndarray:
+        """``length_fn`` over a window as ``(N,)`` int64, every value an int >= 1 — checked in C-level passes (the
+        values' set of types, one conversion); only a bad window is scanned in Python, to name its sample."""
+        try:
+            values = list(map(self.length_fn, samples))
+        except Exception:  # find and name the sample it raised on
+            values = [self._call_length_fn(s, at(j)) for j, s in enumerate(samples)]
+        if all(map(_is_count_type, set(map(type, values)))):
+            try:
+                lengths = np.fromiter(values, np.int64, len(values))
+            except OverflowError:  # an int beyond int64: named below
+                lengths = None
+            if lengths is not None and (not lengths.size or lengths.min() >= 1):
+                return lengths
+        j = next(j for j, v in enumerate(values) if not _is_count(v))
+        raise self._bad_count(at(j), values[j])
+
+    def _bad_count(self, index: int, value) -> ValueError:
+        return ValueError(
+            f"sample {index}: length_fn returned {value!r} ({type(value).__name__}); length_fn must return an int in "
+            f"[1, capacity={self._limit}] — the sample's token count (len(sample['input_ids'])); a longer count is "
+            f"cut by overflow={self.overflow!r}"
+        )
+
+    def _call_length_fn(self, sample: Mapping, index: int):
+        try:
+            return self.length_fn(sample)
+        except Exception as e:
+            raise ValueError(f"sample {index}: length_fn raised {type(e).__name__}: {e}") from e
+
     def _length(self, sample: Mapping, index: int) -> int:
         if self.length_fn is not None:
-            try:
-                return int(self.length_fn(sample))
-            except Exception as e:
-                raise ValueError(f"sample {index}: length_fn raised {type(e).__name__}: {e}") from e
+            value = self._call_length_fn(sample, index)
+            if not _is_count(value):
+                raise self._bad_count(index, value)
+            return int(value)
         try:
             return len(sample["input_ids"])
         except (KeyError, TypeError) as e:
@@ -64,10 +95,32 @@ class SampleRules:
         """The longest sequence that fits a pack after alignment."""
         return self.capacity // self.alignment * self.alignment
 
+    def _apply_overflow(self, samples: list[Mapping], lengths: np.ndarray, at) -> tuple[list[Mapping], np.ndarray]:
+        """The window with the overflow policy applied to its samples over :attr:`_limit`, and their lengths."""
+        kept, out = [], []
+        for j, s in enumerate(samples):
+            n = int(lengths[j])
+            pieces, sizes = self._cut(s, at(j), n) if n > self._limit else ([s], [n])
+            kept.extend(pieces)
+            out.extend(sizes)
+        return kept, np.asarray(out, dtype=np.int64)
+
     def _overflow(self, sample: Mapping, index: int, n: int) -> list[Mapping]:
+        """What the overflow policy keeps of a sample of ``n`` tokens (itself when it fits), counted in ``stats``."""
+        return self._cut(sample, index, n)[0]
+
+    def _cut(self, sample: Mapping, index: int, n: int) -> tuple[list[Mapping], list[int]]:
+        """:meth:`_overflow`, with the kept pieces' planned lengths."""
         fit_capacity = self._limit
         if n <= fit_capacity:
-            return [sample]
+            return [sample], [n]
+        ids = _ids(sample) if self.length_fn is not None else None
+        if ids is not None and len(ids) != n:  # cuts are token positions: they need the true count
+            raise ValueError(
+                f"sample {index}: length_fn returned {n} (> capacity {fit_capacity}) but its input_ids hold {len(ids)} "
+                f"tokens, so overflow={self.overflow!r} cannot be applied by that count — length_fn must return the "
+                f"sample's token count (len(sample['input_ids'])); overflow brings it to <= capacity {fit_capacity}"
+            )
         if self.overflow == "error":
             raise ValueError(
                 f"sample {index} has {n} tokens > capacity {fit_capacity}; pass overflow='truncate'|'split'|'drop'"
@@ -81,13 +134,36 @@ class SampleRules:
         if not cuts:
             self.stats["dropped"] += 1
             self.stats["tokens_dropped"] += n
-            return []
+            return [], []
+        pieces = [_slice(sample, a, b, n) for a, b in cuts]
+        sizes = [self._piece_length(p, index, a, b, n) for p, (a, b) in zip(pieces, cuts)]
         if self.overflow == "truncate":
             self.stats["truncated"] += 1
             self.stats["tokens_truncated"] += n - cuts[0][1]
         else:
             self.stats["split"] += 1
-        return [_slice(sample, a, b, n) for a, b in cuts]
+        return pieces, sizes
+
+    def _piece_length(self, piece: Mapping, index: int, a: int, b: int, n: int) -> int:
+        """A cut piece's planned length: ``length_fn`` must agree that it holds ``b - a`` tokens (at most the
+        limit; more is allowed room, fewer would overfill a pack)."""
+        m = self._length(piece, index)
+        if self.length_fn is not None and not b - a <= m <= self._limit:
+            raise ValueError(
+                f"sample {index}: overflow={self.overflow!r} cut it (length_fn returned {n}) to tokens {a}:{b}, but "
+                f"length_fn returned {m} for that piece of {b - a} tokens; length_fn must return the sample's token "
+                f"count (len(sample['input_ids'])), <= capacity {self._limit} after overflow"
+            )
+        return m
+
+
+def _is_count_type(t: type) -> bool:
+    """An integer type length_fn may return (Python or numpy int; not bool)."""
+    return issubclass(t, (int, np.integer)) and not issubclass(t, bool)
+
+
+def _is_count(value) -> bool:
+    return _is_count_type(type(value)) and 1 <= value <= _INT64_MAX
 
 
 def _ids(sample):

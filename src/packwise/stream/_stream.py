@@ -42,6 +42,11 @@ OVERFLOW = OVERFLOW_POLICIES
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
 
 
+def _plain_int(value):
+    """A numpy integer as a Python int (JSON-safe settings); anything else unchanged, for the caller to check."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
 class StreamSourceError(RuntimeError):
     """The source raised while producing a sample; ``sample`` is its index in the epoch's order."""
 
@@ -64,7 +69,9 @@ class PackingStream(IterableDataset, SampleRules):
         seed: seeds the epoch order, the planners that use randomness and the pack order.
         overflow: samples longer than ``capacity``: ``truncate``, ``split`` (pieces, each its own
             sequence), ``drop`` (counted), or ``error``.
-        length_fn: ``sample -> tokens`` (default ``len(sample["input_ids"])``).
+        length_fn: ``sample -> tokens``, a Python or numpy int >= 1 (default ``len(sample["input_ids"])``).
+            It may over-report up to ``capacity`` (wasted room), never under-report; over ``capacity`` it must
+            be the sample's token count, which ``overflow`` cuts by.
         drop_last: drop the final window when it is not full (counted in ``stats``); by default leftover
             samples are packed.
         shuffle: change window membership every epoch (see the module docstring).
@@ -81,7 +88,9 @@ class PackingStream(IterableDataset, SampleRules):
             when none resumed mid-window.
 
     Raises:
-        ValueError: ``buffer_size < 1``, ``capacity < 1``, an unknown overflow policy or algorithm.
+        ValueError: ``buffer_size < 1``, ``capacity < 1`` (numpy integers are taken; bools and floats are not),
+            an unknown overflow policy or algorithm; while iterating, a ``length_fn`` value that is not an int
+            ``>= 1``, under-reports, or over ``capacity`` disagrees with the sample's ``input_ids`` (all named).
         TypeError: a source that is neither iterable nor callable, or an option the algorithm does not take.
 
     Example:
@@ -110,6 +119,7 @@ class PackingStream(IterableDataset, SampleRules):
         labels_shifted: bool = False,
         **algorithm_options,
     ) -> None:
+        buffer_size, capacity = _plain_int(buffer_size), _plain_int(capacity)  # numpy integers as plan_packs takes
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"buffer_size must be an integer >= 1 (samples per window), got {buffer_size!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -128,8 +138,6 @@ class PackingStream(IterableDataset, SampleRules):
                 f"source is a one-shot iterator ({type(source).__name__}); every epoch reads the source again — pass "
                 "a list, a map-style dataset, or a function returning a fresh iterator (lambda: my_generator())"
             )
-        if isinstance(capacity, np.integer):
-            capacity = int(capacity)
         self.algorithm = resolve_algorithm(algorithm)
         check_algorithm_options(self.algorithm, algorithm_options)
         self.source, self.capacity, self.buffer_size = source, capacity, buffer_size
@@ -328,13 +336,13 @@ class PackingStream(IterableDataset, SampleRules):
 
     def _plan(self, window: int, base: int | list[int], samples: list[Mapping]) -> list[list[Mapping]]:
         at = base.__getitem__ if isinstance(base, list) else base.__add__  # sample j's index in the source
-        try:
-            if self.length_fn is not None:
-                lengths = np.fromiter(map(self.length_fn, samples), np.int64, len(samples))
-            else:  # C-level maps: no per-sample Python frame
+        if self.length_fn is not None:
+            lengths = self._reported_lengths(samples, at)  # ints >= 1, checked without per-sample Python
+        else:
+            try:  # C-level maps: no per-sample Python frame
                 lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
-        except Exception:  # find and name the bad sample (a length_fn may raise anything)
-            lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
+            except Exception:  # find and name the bad sample
+                lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
         self.stats["samples"] += len(samples)
         if lengths.size and (lengths < 1).any():
             j = int(np.flatnonzero(lengths < 1)[0])
@@ -343,12 +351,7 @@ class PackingStream(IterableDataset, SampleRules):
             self._check_reported(samples, lengths, at)
         kept = samples
         if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
-            kept, new_lengths = [], []
-            for j, s in enumerate(samples):
-                for piece in self._overflow(s, at(j), int(lengths[j])):
-                    kept.append(piece)
-                    new_lengths.append(self._length(piece, at(j)))
-            lengths = np.asarray(new_lengths, dtype=np.int64)
+            kept, lengths = self._apply_overflow(samples, lengths, at)
         if not kept:
             return []
         ss = np.random.SeedSequence([self.seed, self.epoch, window])
