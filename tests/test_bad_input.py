@@ -4,6 +4,7 @@ or — with skip_bad_rows — a count in the report, and the token accounting st
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -192,7 +193,7 @@ LAYER_CASES = [
         "planner: None in lengths",
         lambda: plan_packs([5, None], capacity=8),
         TypeError,
-        "lengths must be integers, got dtype object",
+        "lengths must be integers in int64, got lengths[1] = None (NoneType)",
     ),
     (
         "planner: capacity as float",
@@ -445,3 +446,19 @@ def test_skipped_rows_are_listed_in_row_order(tmp_path):
     _, report = pack_dataset(path, capacity=64, skip_bad_rows=True)
     assert [m.split(":")[0] for m in report.skipped_examples] == [f"{path} line 2", f"{path} line 3"]
     assert (report.rows_read, report.rows_skipped, report.sequences_packed) == (4, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "error", "message"),
+    [
+        ([3, 2**70], ValueError, "sequence 1 has length 1180591620717411303424, larger than any capacity"),
+        ([3, -(2**70)], TypeError, "lengths must be integers in int64, got lengths[1] = -1180591620717411303424"),
+        ([3, None], TypeError, "lengths must be integers in int64, got lengths[1] = None (NoneType)"),
+        ([3, 2.5, 2**70], TypeError, "lengths must be integers in int64, got lengths[1] = 2.5 (float)"),
+    ],
+)
+def test_python_ints_beyond_int64_and_odd_objects_are_named(lengths, error, message):
+    from packwise.plan import plan_packs
+
+    with pytest.raises(error, match=re.escape(message)):
+        plan_packs(lengths, capacity=10)

@@ -130,6 +130,17 @@ def as_lengths(lengths) -> np.ndarray:
         detail = f"; lengths[{bad[0]}] = {arr[bad[0]]}" if bad.size else ""
         raise TypeError(f"lengths must be integers, got {arr.dtype}{detail}; cast with .astype(int) if exact")
     if arr.dtype.kind not in "iu":
+        if arr.dtype == object:  # Python ints too large for int64, or not numbers at all: name the first
+            odd = (iv for iv in enumerate(arr.tolist()) if not isinstance(iv[1], int) or abs(iv[1]) > _INT64_MAX)
+            i, v = next(odd, (None, None))
+            if i is None:
+                raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                raise ValueError(
+                    f"sequence {i} has length {v}, larger than any capacity (lengths are planned as int64, at "
+                    f"most {_INT64_MAX}); truncate or split it before planning"
+                )
+            raise TypeError(f"lengths must be integers in int64, got lengths[{i}] = {v!r} ({type(v).__name__})")
         raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
     big = int(arr.argmax()) if arr.dtype == np.uint64 else 0
     if arr.dtype == np.uint64 and arr[big] > _INT64_MAX:  # astype would wrap it to a negative length
