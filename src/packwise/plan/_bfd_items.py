@@ -50,9 +50,7 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
     big = int(np.searchsorted(-ordered, -(capacity // 2), side="left"))  # ordered[:big] > capacity // 2
     big_rem = capacity - ordered[:big]
     keep = big_rem > 0 if max_seqs > 1 else np.zeros(big, dtype=bool)
-    keys = ((big_rem[keep] << _SHIFT) | np.flatnonzero(keep)).tolist()
-    keys.sort()
-    keys.append(_SENTINEL)  # bisect lands here when no open pack fits: open a new one
+    keys = _room_keys(big_rem[keep], np.flatnonzero(keep))
     bins = np.empty(n, dtype=np.int64)
     bins[:big] = np.arange(big)
     out: list[int] = []
@@ -85,7 +83,20 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
                     insert(keys, full - L + nb)
                 nb += 1
     bins[big:] = out
-    nb = max(nb, big)
+    return _csr(idx, bins, max(nb, big))
+
+
+def _room_keys(rooms: np.ndarray, packs: np.ndarray) -> list[int]:
+    """The open packs as sorted keys ``room << _SHIFT | pack``, ending in ``_SENTINEL`` (bisect lands there
+    when no open pack fits: open a new one)."""
+    keys = ((rooms << _SHIFT) | packs).tolist()
+    keys.sort()
+    keys.append(_SENTINEL)
+    return keys
+
+
+def _csr(idx: np.ndarray, bins: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, offsets)`` of ``nb`` packs from each sorted position's pack ``bins`` (``idx``: the sort)."""
     order = idx[np.argsort(bins, kind="stable")]
     offsets = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(np.bincount(bins, minlength=nb), out=offsets[1:])

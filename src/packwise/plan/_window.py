@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._bfd_items import _SENTINEL, _SHIFT, _place_runs
+from ._bfd_items import _csr, _place_runs, _room_keys
 from ._engine import sort_by_length_desc
 
 
@@ -65,17 +65,11 @@ def plan_window(costs: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarra
         lo = hi
     nb = rem.shape[0]
     keep = np.flatnonzero(rem > 0)
-    keys = ((rem[keep] << _SHIFT) | keep).tolist()
-    keys.sort()
-    keys.append(_SENTINEL)
-    small = _place_runs(ordered[lo:], keys, capacity, nb)
+    small = _place_runs(ordered[lo:], _room_keys(rem[keep], keep), capacity, nb)
     bins[lo:] = small
     if small.shape[0]:
         nb = max(nb, int(small.max()) + 1)
-    order = idx[np.argsort(bins, kind="stable")]
-    offsets = np.zeros(nb + 1, dtype=np.int64)
-    np.cumsum(np.bincount(bins, minlength=nb), out=offsets[1:])
-    return order, offsets
+    return _csr(idx, bins, nb)
 
 
 #: Bands (C/(k+1), C/k] placed by matching, k = 2 .. _BANDS - 1; rounds of re-matching allowed per band.
