@@ -15,6 +15,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..plan import aranges
+
 
 class Layout(NamedTuple):
     total: int  #: tokens of the packs (the batch padding excluded)
@@ -35,18 +37,7 @@ class Layout(NamedTuple):
 
 
 _CUMSUM = np.add.accumulate  # the ufunc: ndarray.cumsum(out=...) costs microseconds more per call
-_ARANGE = np.arange(1 << 16, dtype=np.int64)
 _SEGMENTS = np.arange(1 << 12, dtype=np.int32)
-
-
-def _aranges(lengths: list[int]) -> np.ndarray:
-    """``concat(arange(n) for n in lengths)``, one pass: slices of one cached arange."""
-    global _ARANGE
-    longest = max(lengths)
-    if longest > _ARANGE.shape[0]:
-        _ARANGE = np.arange(1 << longest.bit_length(), dtype=np.int64)
-    a = _ARANGE
-    return np.concatenate([a[:n] for n in lengths])
 
 
 def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
@@ -84,7 +75,7 @@ def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layou
     longest = max(lens_list)
     return Layout(
         total, width, extra, False, None, cum[:n], cum[1 : n + 1], cu_real, cu_padded,
-        cu_padded.take(list(accumulate(sizes, initial=0))), _aranges(phys_list), _seq_idx(phys_list), pad_mask,
+        cu_padded.take(list(accumulate(sizes, initial=0))), aranges(phys_list), _seq_idx(phys_list), pad_mask,
         max(longest, extra), longest,
     )  # fmt: skip
 
@@ -135,7 +126,7 @@ def padded_layout(sizes: list[int], lens_list: list[int], pad_to: int | None, al
         _CUMSUM(phys, out=seg_start[1:])
         seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
     phys_list = phys.tolist()
-    positions = _aranges(phys_list)
+    positions = aranges(phys_list)
     if padded:
         pad_mask = positions >= real.repeat(phys)
         if extra:
