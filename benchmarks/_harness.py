@@ -139,7 +139,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "cpus": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
+        "processor": _cpu_model() or platform.processor() or platform.machine(),
     }
     try:
         import torch
@@ -150,6 +150,14 @@ def machine() -> dict:
     with contextlib.suppress(OSError):
         info["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return info
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return ""
 
 
 def _num(x):

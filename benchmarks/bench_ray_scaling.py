@@ -1,6 +1,7 @@
 """Ray engine scaling: driver memory, rows/s and object-store use at 1 M, 4 M, 16 M pre-tokenized rows.
 
     python benchmarks/bench_ray_scaling.py --rows 1e6,4e6,16e6 --cpus 1,2 [--local-upto 4e6] [--inputs DIR]
+    python benchmarks/bench_ray_scaling.py --quick --json   # 100 k and 400 k rows, 1 worker; one JSON object
 
 Input: one Parquet file per size, ``input_ids`` of lognormal(2.5, 0.8) lengths clipped to [1, 256] (median 12,
 mean 17 tokens: short rows, so 16 M rows fit this 2-core, 24 GB machine), random ids below 150,000, row groups
@@ -19,6 +20,10 @@ of 65,536. Each run is a fresh process: ``ray.init(num_cpus=k)`` then ``pack_ray
 - rows/s: rows / wall time of ``pack_ray`` (workers warmed on a 1,000-row run first);
 - equality: up to ``--local-upto`` rows the local engine packs the same file in its own process, and every
   output file of each Ray run is compared with its output byte for byte.
+
+Figures (``--json``): per size and worker count the driver's peak private memory, rows/s and file equality
+(target: equal); per worker count the driver's private-memory growth from the smallest to the largest size,
+the baseline being the smallest size's figure measured in the same run (target ≤ 1.2×, #19).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _harness import Report
 
 CAPACITY = 1024
 
@@ -136,11 +142,13 @@ def same_files(a: str, b: str) -> bool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="1e6,4e6,16e6")
     ap.add_argument("--cpus", default="1,2")
     ap.add_argument("--local-upto", type=float, default=4e6, help="also run the local engine up to this size")
     ap.add_argument("--inputs", help="keep the generated input files in this folder (reused when present)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (figures, baselines, ratios, pass/fail)")
+    ap.add_argument("--quick", action="store_true", help="100 k and 400 k rows, 1 worker: about a minute")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--local", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -150,32 +158,57 @@ def main() -> None:
     if args.local:
         print(json.dumps(run_local(*args.local)))
         return
+    if args.quick:
+        args.rows, args.cpus, args.local_upto = "1e5,4e5", "1", 4e5
+    args.repeat = 1
+    rep = Report("ray_scaling", args)
+    private: dict[int, list[tuple[int, int]]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         for rows in (int(float(r)) for r in args.rows.split(",")):
             path = Path(args.inputs or d) / f"rows-{rows}.parquet"
             if not path.exists():
                 t = time.perf_counter()
                 tokens = make_input(path, rows)
-                print(
-                    f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s", flush=True
-                )
+                rep.say(f"# {rows:,} rows, {tokens:,} tokens, input written in {time.perf_counter() - t:.1f} s")
             local = str(Path(d) / f"out-{rows}-local")
             if rows <= args.local_upto:
                 cmd = [sys.executable, __file__, "--local", str(path), local]
-                res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-                print(res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-2000:], flush=True)
+                rep.say(_last_line(subprocess.run(cmd, capture_output=True, text=True, env=os.environ)))
             for cpus in (int(c) for c in args.cpus.split(",")):
                 out = str(Path(d) / f"out-{rows}-{cpus}")
                 cmd = [sys.executable, __file__, "--one", str(path), out, str(cpus)]
                 res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-                line = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-2000:]
-                print(line, flush=True)
+                line = _last_line(res)
+                rep.say(line)
+                if res.returncode:
+                    sys.exit(f"the Ray run at {rows:,} rows, {cpus} workers failed")
+                run = json.loads(line)
+                private.setdefault(cpus, []).append((rows, run["driver_peak_private_mb"]))
+                at = f"{rows:,} rows, {cpus} worker{'s' if cpus != 1 else ''}"
+                rep.figure(f"{at}: driver peak private memory", run["driver_peak_private_mb"], unit="MB")
+                rep.figure(f"{at}: rows/s", run["rows_per_s"], unit="rows/s")
                 if Path(local).is_dir() and Path(out).is_dir():
-                    print(
-                        f"# {rows:,} rows, {cpus} workers: files equal to the local engine's: {same_files(out, local)}"
-                    )
+                    same = same_files(out, local)
+                    rep.figure(f"{at}: files equal to the local engine's", int(same), unit="(1 = equal)", target=">= 1")
                 subprocess.run(["rm", "-rf", out, out + "-warm"])
             subprocess.run(["rm", "-rf", local])
+    for cpus, sizes in private.items():
+        if len(sizes) > 1:
+            (r0, m0), (r1, m1) = sizes[0], sizes[-1]
+            rep.figure(
+                f"{cpus} worker{'s' if cpus != 1 else ''}: driver private memory at {r1:,} rows vs {r0:,} rows",
+                m1,
+                unit="MB",
+                baseline=f"at {r0:,} rows, MB",
+                baseline_value=m0,
+                ratio_means="growth of the driver's memory with the input (1.0 = flat)",
+                target="<= 1.2",
+            )
+    rep.finish()
+
+
+def _last_line(res: subprocess.CompletedProcess) -> str:
+    return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-2000:]
 
 
 if __name__ == "__main__":
