@@ -34,7 +34,8 @@ def run(bench: str, repeat: int) -> dict:
     cmd += [] if bench in FULL else ["--quick"]
     if bench not in ("plan_histogram", "ray_scaling"):
         cmd += ["--repeat", str(repeat)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))  # peers may sit there
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode:
