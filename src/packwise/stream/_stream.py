@@ -348,14 +348,14 @@ class PackingStream(IterableDataset, SampleRules):
                 lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
             except Exception:  # find and name the bad sample
                 lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
+            if lengths.size and lengths.min() < 1:
+                j = int(np.flatnonzero(lengths < 1)[0])
+                raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")
         self.stats["samples"] += len(samples)
-        if lengths.size and (lengths < 1).any():
-            j = int(np.flatnonzero(lengths < 1)[0])
-            raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")
         if self.length_fn is not None:
             self._check_reported(samples, lengths, at)
         kept = samples
-        if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
+        if lengths.size and lengths.max() > self._limit:  # rare: rebuild the window with the overflow policy applied
             kept, lengths = self._apply_overflow(samples, lengths, at)
         if not kept:
             return [], [], []
