@@ -127,8 +127,11 @@ def _stack_match(push_time: np.ndarray, m: int) -> np.ndarray:
     """
     i = np.arange(m)
     pushed = push_time.searchsorted(i, side="right")
-    empty_before = np.maximum.accumulate(np.concatenate([[0], 1 - (pushed - i)]))  # (m+1,) pops that found none
-    found = np.diff(empty_before) == 0
+    empty_before = np.empty(m + 1, dtype=np.int64)  # (m+1,) pops that found none
+    empty_before[0] = 0
+    np.subtract(i + 1, pushed, out=empty_before[1:])
+    np.maximum.accumulate(empty_before, out=empty_before)
+    found = empty_before[1:] == empty_before[:-1]
     depth = pushed - i + empty_before[:-1]  # stack size before sequence i
     keep = push_time < m  # pushes after the last sequence are never popped
     p = keep.nonzero()[0]
@@ -138,6 +141,7 @@ def _stack_match(push_time: np.ndarray, m: int) -> np.ndarray:
     where = np.concatenate([p + t, pushed[popper] + popper])  # distinct positions below p.size + m
     ev = (level * (p.shape[0] + m) + where).argsort()
     pop_at = (ev >= p.shape[0]).nonzero()[0]
-    slot = np.full(m, -1, dtype=np.int64)
+    slot = np.empty(m, dtype=np.int64)
+    slot.fill(-1)
     slot[popper[ev[pop_at] - p.shape[0]]] = p[ev[pop_at - 1]]
     return slot
