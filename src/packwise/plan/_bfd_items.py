@@ -6,6 +6,8 @@ such windows a plain BFD over a sorted list of open packs is cheaper: the open p
 sorted Python list of integer keys ``remaining << 32 | pack``, so "the pack with the least room that still
 fits, lowest index on ties" is one ``bisect`` (C) and re-filing a pack one ``insort`` (C). Packs larger
 than half the capacity never share a pack with each other, so they are opened in one vectorised step.
+Without a sequence limit the rest runs as a stack machine (:func:`_place_runs`): one ``pop`` per (length,
+pack) step; a room left smaller than the length waits in a sorted list (``insort``) until the lengths fit it.
 
 The plan is identical, element for element, to :func:`packwise.plan._fit_decreasing.place_decreasing` with
 ``policy="best"`` (tests compare them with hypothesis): sequences visited by length descending, index
