@@ -64,3 +64,14 @@ def test_position_is_exact_after_every_pack(iterable):
         fresh = make()
         fresh.load_state_dict(state)
         assert list(fresh) == packs[k + 1 :], f"resume after pack {k} of {len(packs)}"
+
+
+def test_packs_hold_the_source_objects_whatever_their_type():
+    """Samples are gathered through an object array: sequences of equal length (which numpy would otherwise
+    read as one 2-D array), tuples and arrays come back as themselves."""
+    source = [[1, 2], [3, 4], (5, 6), np.arange(2), [7, 8, 9]]
+    stream = PackingStream(source, capacity=4, buffer_size=5, length_fn=len, assemble=False, shuffle=False)
+    packs = list(stream)
+    assert sorted(len(p) for p in packs) == [1, 2, 2]
+    got = [s for p in packs for s in p]
+    assert len(got) == 5 and all(any(s is t for t in source) for s in got)
