@@ -6,6 +6,8 @@ such windows a plain BFD over a sorted list of open packs is cheaper: the open p
 sorted Python list of integer keys ``remaining << 32 | pack``, so "the pack with the least room that still
 fits, lowest index on ties" is one ``bisect`` (C) and re-filing a pack one ``insort`` (C). Packs larger
 than half the capacity never share a pack with each other, so they are opened in one vectorised step.
+Without a sequence limit the rest runs as a stack machine (:func:`_place_runs`): one ``pop`` per (length,
+pack) step; a room left smaller than the length waits in a sorted list (``insort``) until the lengths fit it.
 
 The plan is identical, element for element, to :func:`packwise.plan._fit_decreasing.place_decreasing` with
 ``policy="best"`` (tests compare them with hypothesis): sequences visited by length descending, index
@@ -97,7 +99,8 @@ def _room_keys(rooms: np.ndarray, packs: np.ndarray) -> list[int]:
 
 def _csr(idx: np.ndarray, bins: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, offsets)`` of ``nb`` packs from each sorted position's pack ``bins`` (``idx``: the sort)."""
-    order = idx[np.argsort(bins, kind="stable")]
+    key = bins.astype(np.uint16) if nb <= 1 << 16 else bins  # uint16: numpy's stable sort is a radix sort
+    order = idx[np.argsort(key, kind="stable")]
     offsets = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(np.bincount(bins, minlength=nb), out=offsets[1:])
     return order, offsets
@@ -110,6 +113,11 @@ def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: i
     once a pack was the best fit for ``l`` (no pack had room in ``[l, remaining)``), its new room
     ``remaining - l`` is the best fit for the next ``l`` as long as it holds ``l`` — exactly the item-by-item
     choice, in one Python step per (length, pack) instead of one per sequence.
+
+    The packs are kept as a stack machine (see :mod:`packwise.plan._window`): ``stack`` holds the rooms that fit
+    the current length, the least on top (the list's end), so a best fit is a ``pop``; a room left smaller than
+    the length waits in ``pending`` (ascending) and is pushed once the lengths get no longer than it — it is
+    then below every room on the stack, so the stack stays sorted. ``keys`` (from :func:`_room_keys`) is consumed.
     """
     if not small.shape[0]:
         return np.zeros(0, dtype=np.int64)
@@ -117,44 +125,48 @@ def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: i
     run_start = np.concatenate([[0], edge])
     run_len = np.diff(np.append(run_start, small.shape[0]))
     lengths = small[run_start]
-    packs: list[int] = []
-    taken: list[int] = []
+    keys.pop()  # the sentinel
+    j = bisect_left(keys, int(lengths[0]) << _SHIFT)
+    stack = keys[: j - 1 : -1] if j else keys[::-1]  # descending: the least room (lowest pack on ties) on top
+    pending = keys[:j]
+    out: list[int] = []  # one entry per (length, pack): ``pack | taken << _SHIFT``
+    append, pop, push = out.append, stack.pop, stack.append
     bisect, insert = bisect_left, insort
     nb = first_pack
     for length, shifted, c in zip(lengths.tolist(), (lengths << _SHIFT).tolist(), run_len.tolist()):
-        while c:
-            i = bisect(keys, shifted)
-            k = keys[i]
-            if k == _SENTINEL:  # no open pack fits: new packs of ``capacity // length`` each, then the rest
-                per = capacity // length
-                q, rest = divmod(c, per)
-                room = capacity - per * length
-                if q:
-                    packs.extend(range(nb, nb + q))
-                    taken.extend([per] * q)
-                    if room:
-                        at = bisect(keys, (room << _SHIFT) | nb)  # after the older packs with this room
-                        keys[at:at] = [(room << _SHIFT) | b for b in range(nb, nb + q)]
-                    nb += q
-                if rest:
-                    packs.append(nb)
-                    taken.append(rest)
-                    insert(keys, ((capacity - rest * length) << _SHIFT) | nb)
-                    nb += 1
-                break
+        if pending and pending[-1] >= shifted:  # rooms that now fit: onto the stack, the least on top
+            j = bisect(pending, shifted)
+            stack += pending[: j - 1 : -1] if j else pending[::-1]
+            del pending[j:]
+        while stack:
+            k = pop()
             t = (k >> _SHIFT) // length
-            if t > c:
-                t = c
-            packs.append(k & _MASK)
-            taken.append(t)
-            nk = k - t * shifted
-            if nk >> _SHIFT:
-                if not i or keys[i - 1] < nk:
-                    keys[i] = nk
-                else:
-                    del keys[i]
-                    keys.insert(bisect(keys, nk, 0, i), nk)
-            else:
-                del keys[i]
+            if t >= c:  # the run ends in this pack
+                append(k & _MASK | c << _SHIFT)
+                k -= c * shifted
+                if k >= shifted:  # still the least room that fits
+                    push(k)
+                elif k >> _SHIFT:
+                    insert(pending, k)
+                break
+            append(k & _MASK | t << _SHIFT)
             c -= t
-    return np.repeat(np.asarray(packs, dtype=np.int64), np.asarray(taken, dtype=np.int64))
+            k -= t * shifted
+            if k >> _SHIFT:
+                insert(pending, k)
+        else:  # no open pack fits: new packs of ``capacity // length`` each, then the rest
+            per = capacity // length
+            q, rest = divmod(c, per)
+            if q:
+                out += range(nb | per << _SHIFT, (nb + q) | per << _SHIFT)
+                room = (capacity - per * length) << _SHIFT
+                if room:  # less than the length: pending, after the older packs with this room
+                    at = bisect(pending, room | nb)
+                    pending[at:at] = range(room | nb, room | (nb + q))
+                nb += q
+            if rest:  # room >= length left: the only room on the stack
+                append(nb | rest << _SHIFT)
+                push(((capacity - rest * length) << _SHIFT) | nb)
+                nb += 1
+    placed = np.fromiter(out, np.int64, len(out))
+    return np.repeat(placed & _MASK, placed >> _SHIFT)

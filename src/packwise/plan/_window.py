@@ -84,32 +84,34 @@ def _place_band(a: np.ndarray, rem: np.ndarray, capacity: int, k: int) -> tuple[
     if m == 0:
         return np.zeros(0, dtype=np.int64), rem
     nb = rem.shape[0]
-    slot_bin = np.flatnonzero(rem >= a[-1])
-    slot_bin = slot_bin[np.lexsort((-slot_bin, -rem[slot_bin]))]  # push order: larger room, then higher pack first
+    slot_bin = (rem >= a[-1]).nonzero()[0]
+    slot_bin = slot_bin[(-(rem[slot_bin] << 32 | slot_bin)).argsort()]  # push order: larger room, then higher pack
     slot_val = rem[slot_bin]
-    push_time = np.searchsorted(-a, -slot_val, side="left")  # pushed before the first sequence it fits
+    neg = -a
+    push_time = neg.searchsorted(-slot_val)  # pushed before the first sequence it fits
     done = -1  # sequences up to here have their final pop
     for _ in range(_MAX_ROUNDS):
         slot = _stack_match(push_time, m)
-        hit = np.flatnonzero(slot >= 0)
+        hit = (slot >= 0).nonzero()[0]
         left = slot_val[slot[hit]] - a[hit]
-        again = np.flatnonzero((left >= a[-1]) & (hit > done) & (hit < m - 1))  # a leftover that fits the band
+        again = ((left >= a[-1]) & (hit > done) & (hit < m - 1)).nonzero()[0]  # a leftover that fits the band
         if not again.shape[0]:
             break
         t = int(hit[again[0]])
         v = int(left[again[0]])
         done = t
         b = int(slot_bin[slot[t]])
-        when = max(t + 1, int(np.searchsorted(-a, -v, side="left")))
-        lo, hi = np.searchsorted(push_time, [when, when + 1])  # among the pushes made at the same time it goes
+        when = max(t + 1, int(neg.searchsorted(-v)))
+        lo, hi = push_time.searchsorted([when, when + 1]).tolist()  # among the pushes made at the same time it goes
         at = lo + int(np.count_nonzero((slot_val[lo:hi] > v) | ((slot_val[lo:hi] == v) & (slot_bin[lo:hi] > b))))
-        slot_bin, slot_val = np.insert(slot_bin, at, b), np.insert(slot_val, at, v)  # after larger rooms (and
-        push_time = np.insert(push_time, at, when)  # equal rooms of higher packs), as in the first push order
+        slot_bin = np.concatenate((slot_bin[:at], [b], slot_bin[at:]))  # after larger rooms (and equal rooms
+        slot_val = np.concatenate((slot_val[:at], [v], slot_val[at:]))  # of higher packs), as in the first
+        push_time = np.concatenate((push_time[:at], [when], push_time[at:]))  # push order
     else:
         return None
     out = np.empty(m, dtype=np.int64)
     out[hit] = slot_bin[slot[hit]]
-    free = np.flatnonzero(slot < 0)  # found no room: new packs of k, in order
+    free = (slot < 0).nonzero()[0]  # found no room: new packs of k, in order
     out[free] = nb + np.arange(free.shape[0]) // k
     rem = np.concatenate([rem, np.full(-(-free.shape[0] // k), capacity, dtype=np.int64)])
     np.subtract.at(rem, out, a)
@@ -124,18 +126,22 @@ def _stack_match(push_time: np.ndarray, m: int) -> np.ndarray:
     push at its level, so after a stable sort of all events by (level, position) each pop follows its push.
     """
     i = np.arange(m)
-    pushed = np.searchsorted(push_time, i, side="right")
-    empty_before = np.maximum.accumulate(np.concatenate([[0], 1 - (pushed - i)]))  # (m+1,) pops that found none
-    found = np.diff(empty_before) == 0
+    pushed = push_time.searchsorted(i, side="right")
+    empty_before = np.empty(m + 1, dtype=np.int64)  # (m+1,) pops that found none
+    empty_before[0] = 0
+    np.subtract(i + 1, pushed, out=empty_before[1:])
+    np.maximum.accumulate(empty_before, out=empty_before)
+    found = empty_before[1:] == empty_before[:-1]
     depth = pushed - i + empty_before[:-1]  # stack size before sequence i
     keep = push_time < m  # pushes after the last sequence are never popped
-    p = np.flatnonzero(keep)
+    p = keep.nonzero()[0]
     t = push_time[keep]
-    popper = np.flatnonzero(found)
+    popper = found.nonzero()[0]
     level = np.concatenate([p + 1 - (t - empty_before[t]), depth[popper]])
     where = np.concatenate([p + t, pushed[popper] + popper])  # distinct positions below p.size + m
-    ev = np.argsort(level * (p.shape[0] + m) + where)
-    pop_at = np.flatnonzero(ev >= p.shape[0])
-    slot = np.full(m, -1, dtype=np.int64)
+    ev = (level * (p.shape[0] + m) + where).argsort()
+    pop_at = (ev >= p.shape[0]).nonzero()[0]
+    slot = np.empty(m, dtype=np.int64)
+    slot.fill(-1)
     slot[popper[ev[pop_at] - p.shape[0]]] = p[ev[pop_at - 1]]
     return slot

@@ -210,8 +210,8 @@ class PackingStream(IterableDataset, SampleRules):
         cur = self._cur
         if cur is None:
             return self._pos
-        window, count, packs = cur
-        k = count - packs.__length_hint__()
+        window, count, left = cur
+        k = count - left.__length_hint__()
         return (window, k) if k < count else (window + 1, 0)
 
     @_next.setter
@@ -235,23 +235,26 @@ class PackingStream(IterableDataset, SampleRules):
                 self.stats["dropped_last"] += len(samples)
                 yield from self._empty(window)
                 continue
-            groups = self._plan(window, position, samples)
+            flat, starts, ends = self._plan(window, position, samples)
+            count = len(starts)
             first = start_pack if window == start_window else 0
-            if first and first >= len(groups):
+            if first and first >= count:
                 raise ValueError(
-                    f"the restored state points at pack {first} of window {window}, which has {len(groups)} packs; "
+                    f"the restored state points at pack {first} of window {window}, which has {count} packs; "
                     "the state is from another stream (source, capacity, buffer_size, algorithm or seed differ)"
                 )
-            if not groups:
+            if not count:
                 yield from self._empty(window)
                 continue
-            packs = iter(groups[first:] if first else groups)
-            self._cur = (window, len(groups), packs)  # the position is read off ``packs`` (see ``_next``)
+            left = iter(starts[first:] if first else starts)  # packs are sliced as they are emitted: none outlives
+            packs = map(flat.__getitem__, map(slice, left, ends[first:] if first else ends))  # its use (C-level)
+            self._cur = (window, count, left)  # the position is read off ``left`` (see ``_next``)
             if self.assemble:
                 yield from map(self._emit, packs, itertools.repeat(window), itertools.count(first),
-                               itertools.repeat(len(groups)))  # fmt: skip
-            else:  # no per-pack Python: the packs are the planned lists themselves
+                               itertools.repeat(count))  # fmt: skip
+            else:  # no per-pack Python: the packs are slices of the planned order
                 yield from packs
+            del flat, packs, left, samples, position  # not kept while the next window is read
             self._next = (window + 1, 0)
         if self._seen is not None and (start_window, start_pack) != (0, 0):  # a plain iterable: its size is now known
             state = {"epoch": self.epoch, "window": start_window, "pack": start_pack}
@@ -334,7 +337,9 @@ class PackingStream(IterableDataset, SampleRules):
                 return
             window += 1
 
-    def _plan(self, window: int, base: int | list[int], samples: list[Mapping]) -> list[list[Mapping]]:
+    def _plan(self, window: int, base: int | list[int], samples: list[Mapping]) -> tuple[list, list[int], list[int]]:
+        """Plan one window -> ``(flat, starts, ends)``: the samples in plan order and each pack's slice of them,
+        packs in emission order (a seeded permutation: part of the resume position)."""
         at = base.__getitem__ if isinstance(base, list) else base.__add__  # sample j's index in the source
         if self.length_fn is not None:
             lengths = self._reported_lengths(samples, at)  # ints >= 1, checked without per-sample Python
@@ -343,17 +348,17 @@ class PackingStream(IterableDataset, SampleRules):
                 lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
             except Exception:  # find and name the bad sample
                 lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
+            if lengths.size and lengths.min() < 1:
+                j = int(np.flatnonzero(lengths < 1)[0])
+                raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")
         self.stats["samples"] += len(samples)
-        if lengths.size and (lengths < 1).any():
-            j = int(np.flatnonzero(lengths < 1)[0])
-            raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")
         if self.length_fn is not None:
             self._check_reported(samples, lengths, at)
         kept = samples
-        if (lengths > self._limit).any():  # rare: rebuild the window with the overflow policy applied
+        if lengths.size and lengths.max() > self._limit:  # rare: rebuild the window with the overflow policy applied
             kept, lengths = self._apply_overflow(samples, lengths, at)
         if not kept:
-            return []
+            return [], [], []
         ss = np.random.SeedSequence([self.seed, self.epoch, window])
         plan_seed, order_seed = (int(x) for x in ss.generate_state(2))
         costs = align_lengths(lengths, self.alignment)
@@ -370,7 +375,6 @@ class PackingStream(IterableDataset, SampleRules):
                 alignment=self.alignment, **self.algorithm_options,
             )  # fmt: skip
             order, offsets = plan.order, plan.offsets
-        flat = list(map(kept.__getitem__, order.tolist()))  # samples in plan order, one C-level pass
+        flat = np.fromiter(kept, object, len(kept))[order].tolist()  # samples in plan order: C-level passes
         perm = np.random.default_rng(order_seed).permutation(offsets.shape[0] - 1)
-        starts, ends = offsets[perm].tolist(), offsets[perm + 1].tolist()
-        return list(map(flat.__getitem__, map(slice, starts, ends)))  # the packs in emission order, C-level
+        return flat, offsets[perm].tolist(), offsets[perm + 1].tolist()
