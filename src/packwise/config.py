@@ -36,8 +36,9 @@ Rules (and why):
 16. alignment (set or derived) > ``capacity``: no aligned sequence fits a pack.
 17. ``consumer.multi_token_prediction`` or ``topology.pp > 1`` with ``labels="hf"``: Megatron-only consumers
     read shifted labels and ``loss_mask``.
-18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack`` are strict integers (``True``
-    and ``"8"`` are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
+18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack``, ``seed``, ``min_packs``,
+    ``pack_count_multiple`` and ``multimodal.min_pixels/max_pixels`` are strict integers (``True`` and ``"8"``
+    are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
 
 Correct by construction (not refused): context parallelism with ``labels="hf"`` — the sharder shifts the
 labels within each document before the zigzag split (``shard_for_context_parallel``); multi-token
@@ -117,8 +118,8 @@ class Consumer(_Frozen):
 class Multimodal(_Frozen):
     """Image sizing bounds (Qwen2-VL ``smart_resize``) and the media root images must be inside."""
 
-    min_pixels: int = Field(56 * 56, ge=1)
-    max_pixels: int = Field(28 * 28 * 16384, ge=1)
+    min_pixels: int = Field(56 * 56, ge=1, strict=True)
+    max_pixels: int = Field(28 * 28 * 16384, ge=1, strict=True)
     media_root: str | None = None  # images must be inside it; None: the input file's folder
 
     @model_validator(mode="after")
@@ -190,10 +191,10 @@ class PackingConfig(ConfigBuilders, _Frozen):
     tokenizer: str | None = None
     chat_template: str | None = None
     loss_on: Literal["assistant", "all"] = "assistant"
-    seed: int | None = None
+    seed: int | None = Field(None, strict=True)
     max_sequences_per_pack: int | None = Field(None, strict=True)
-    min_packs: int | None = Field(None, ge=0)
-    pack_count_multiple: int | None = Field(None, ge=1)
+    min_packs: int | None = Field(None, ge=0, strict=True)
+    pack_count_multiple: int | None = Field(None, ge=1, strict=True)
     skip_bad_rows: bool = False
 
     @field_validator("algorithm")
