@@ -61,14 +61,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._build import ConfigBuilders
-from ._config_files import MAX_CONFIG_BYTES, _config_error, _json_no_duplicates, _load_yaml, _merge, _one_line
+from ._config_files import _config_error, _merge, read_config_file
 from .plan import ALGORITHM_OPTIONS, MAX_CAPACITY, alignment_multiple, check_algorithm_options, resolve_algorithm
 
 
@@ -336,38 +335,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
             ValueError: the file is missing or unreadable, an unknown extension, or a rule is broken.
         """
         p = Path(path)
-        if p.is_dir():
-            raise ValueError(f"config file {p} is a directory; pass a .yaml, .toml or .json file")
-        if not p.is_file():
-            raise ValueError(f"config file {p} does not exist")
-        if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
-            raise ValueError(f"config file {p}: unknown extension {p.suffix!r}; use .yaml, .toml or .json")
-        if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(
-                f"config file {p} is {p.stat().st_size} bytes, over the {MAX_CONFIG_BYTES} byte limit; is it a config?"
-            )
-        try:
-            text = p.read_text()
-            if p.suffix in (".yaml", ".yml"):
-                data = _load_yaml(text, p) or {}
-            elif p.suffix == ".toml":
-                import tomllib
-
-                data = tomllib.loads(text)
-            else:
-                data = json.loads(text, object_pairs_hook=_json_no_duplicates(p))
-        except ModuleNotFoundError as e:  # tomllib on Python 3.10
-            raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
-        except ValueError as e:
-            if str(e).startswith(f"config file {p}"):
-                raise
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
-        except RecursionError:
-            raise ValueError(f"config file {p} cannot be parsed: nested too deep") from None
-        except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
+        data = read_config_file(p)
         from pydantic import ValidationError
 
         try:
