@@ -12,10 +12,15 @@ What it does:
    ``PackedDataCollator`` + ``use_packed_attention``) and unpacked (the same sequences right-padded into
    ``[N, L]`` with an attention mask), both normalised by the same global token count;
 3. trains ``--max-steps`` steps packed and ``--max-steps`` steps padded (the same sequences per step), logging
-   loss, real tokens/s and packs/s, and saves ``loss.png``.
+   loss, and saves ``loss.png``.
 
 The last line printed is one JSON object with ``step0_loss_packed``, ``step0_loss_padded``,
 ``step0_grad_norm_packed``, ``step0_grad_norm_padded``, ``tokens_per_s_packed``, ``tokens_per_s_padded``.
+
+The tokens/s figures are this run's wall clock, not a benchmark: real (non-padding) tokens per second of the
+training steps (forward + backward + optimizer) after the first step of each run (warm-up), one run per mode,
+one after the other, under whatever else the machine is doing. On a CPU with a tiny model the packed path can
+come out slower (per-document attention, few steps); ``benchmarks/bench_train.py`` measures throughput.
 """
 
 from __future__ import annotations
@@ -69,8 +74,31 @@ def build_dataset(args, tokenizer):
     return datasets.Dataset(table), report
 
 
-def train(model, dataset, collator, args, out_dir: Path, name: str) -> tuple[list[float], float]:
-    from transformers import Trainer, TrainingArguments
+def _timed(collator, real: list[int], held: list[int]):
+    """``collator`` that records each batch's real tokens and the tokens it holds (padding included)."""
+
+    def collate(features):
+        batch = collator(features)
+        real.append(int(sum(sum(f["seq_lengths"]) for f in features)))
+        held.append(int(batch["input_ids"].numel()))
+        return batch
+
+    return collate
+
+
+def train(model, dataset, collator, args, out_dir: Path, name: str) -> tuple[list[float], dict]:
+    """Train ``--max-steps`` steps; the losses and the timing of each step (``seconds``, ``real_tokens``,
+    ``tokens``: per step, in order)."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    timing = {"seconds": [], "real_tokens": [], "tokens": []}
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            timing["seconds"].append(time.perf_counter() - self.start)
 
     targs = TrainingArguments(
         output_dir=str(out_dir / name), per_device_train_batch_size=1, max_steps=args.max_steps,
@@ -78,12 +106,18 @@ def train(model, dataset, collator, args, out_dir: Path, name: str) -> tuple[lis
         remove_unused_columns=False, dataloader_num_workers=0, seed=args.seed, disable_tqdm=True,
         lr_scheduler_type="constant", optim="adamw_torch",
     )  # fmt: skip
-    trainer = Trainer(model=model, args=targs, train_dataset=dataset, data_collator=collator)
-    t = time.perf_counter()
+    collate = _timed(collator, timing["real_tokens"], timing["tokens"])
+    trainer = Trainer(model=model, args=targs, train_dataset=dataset, data_collator=collate, callbacks=[StepTimer()])
     trainer.train()
-    elapsed = time.perf_counter() - t
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return losses, elapsed
+    return losses, timing
+
+
+def _rate(timing: dict) -> tuple[float, int]:
+    """Real tokens/s over the steps after the first (warm-up; every step when there is one), and how many."""
+    skip = 1 if len(timing["seconds"]) > 1 else 0
+    seconds = timing["seconds"][skip:]
+    return sum(timing["real_tokens"][skip : skip + len(seconds)]) / sum(seconds), len(seconds)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -125,11 +159,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     state = {k: v.clone() for k, v in model.state_dict().items()}
     use_packed_attention(model, backend=args.backend)
-    losses_packed, t_packed = train(model, dataset, collate, args, out_dir, "packed")
+    losses_packed, time_packed = train(model, dataset, collate, args, out_dir, "packed")
     model.load_state_dict(state)
     model.set_attn_implementation("sdpa")
-    losses_padded, t_padded = train(model, dataset, padded_collate, args, out_dir, "padded")
-    tokens = int(sum(sum(dataset[i]["seq_lengths"]) for i in range(steps)))
+    losses_padded, time_padded = train(model, dataset, padded_collate, args, out_dir, "padded")
+    tokens = sum(time_packed["real_tokens"][:steps])  # the packs the Trainer visited (it shuffles)
+    (rate_packed, timed), (rate_padded, _) = _rate(time_packed), _rate(time_padded)
 
     if args.trl:
         model.load_state_dict(state)
@@ -161,13 +196,18 @@ def main(argv: list[str] | None = None) -> dict:
         "step0_grad_norm_padded": norm_padded,
         "losses_packed": losses_packed,
         "losses_padded": losses_padded,
-        "tokens_per_s_packed": tokens / t_packed,
-        "tokens_per_s_padded": tokens / t_padded,
-        "packs_per_s_packed": steps / t_packed,
+        "tokens_per_s_packed": rate_packed,
+        "tokens_per_s_padded": rate_padded,
+        "timed_steps": timed,
+        "tokens_held_packed": sum(time_packed["tokens"][:steps]),
+        "tokens_held_padded": sum(time_padded["tokens"][:steps]),
         "loss_plot": str(out_dir / "loss.png"),
     }
-    print(f"throughput: packed {result['tokens_per_s_packed']:.0f} real tokens/s vs padded "
-          f"{result['tokens_per_s_padded']:.0f} ({result['tokens_per_s_packed'] / result['tokens_per_s_padded']:.2f}×)")  # fmt: skip
+    print(f"tokens: packed rows hold {result['tokens_held_packed']:,}, padded batches {result['tokens_held_padded']:,} "
+          f"(with padding) for the same {tokens:,} real tokens")  # fmt: skip
+    print(f"this run's wall clock (not a benchmark: one run per mode, {timed} timed step(s) after a warm-up step, "
+          f"under this machine's load; see benchmarks/bench_train.py): packed {rate_packed:.0f} real tokens/s, "
+          f"padded {rate_padded:.0f} (packed/padded {rate_packed / rate_padded:.2f})")  # fmt: skip
     print(json.dumps(result))
     return result
 

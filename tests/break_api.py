@@ -64,10 +64,12 @@ for v in (100, 10**9):
         err("outside the vocabulary"),
     )
 case("assemble id = vocab-1 ok", lambda: A([{"input_ids": [1, 99]}], vocab_size=100), OK)
+# labels + loss_mask declare a Megatron row (labels = text[1:]); HF-looking labels with a loss_mask are refused
 case("assemble labels+loss_mask", lambda: A([{"input_ids": ids, "labels": ids, "loss_mask": [1, 1, 1]}]),
-     err("given together with 'labels'"))  # fmt: skip
+     err("declares a Megatron row"))  # fmt: skip
+# a Megatron row whose loss_mask is all 0 has no target: every label of it is -100 in the HF pack
 case("assemble labels+loss_mask 2nd seq", lambda: A([{"input_ids": ids}, {"input_ids": ids, "labels": ids,
-     "loss_mask": [0, 0, 0]}]), err("sequence 1: 'loss_mask' is given together"))  # fmt: skip
+     "loss_mask": [0, 0, 0]}]), OK, lambda p: p.labels.tolist() == [-100, 2, 3, -100, -100, -100])  # fmt: skip
 for v in (-5, -101, -1):
     case(f"assemble label {v}", lambda v=v: A([{"input_ids": ids, "labels": [1, v, 3]}]), err("neither -100"))
 case(
@@ -159,7 +161,8 @@ case(
     "collator bad seq_lengths", lambda: C([{"input_ids": [5, 6], "seq_lengths": [3]}]), err("must be positive and sum")
 )
 case("collator loss_mask 2", lambda: C([{"input_ids": [5, 6], "loss_mask": [1, 2]}]), err("loss_mask has 2"))
-case("collator labels+mask", lambda: C([{"input_ids": [5, 6], "labels": [5, 6], "loss_mask": [1, 1]}]), err("together"))
+case("collator labels+mask", lambda: C([{"input_ids": [5, 6], "labels": [5, 6], "loss_mask": [1, 1]}]),
+     err("declares a Megatron row"))  # fmt: skip
 case("collator negative id", lambda: C([{"input_ids": [5, -6]}]), err("outside token ids"))
 case("collator string labels", lambda: C([{"input_ids": [5, 6], "labels": ["a", "b"]}]), err("labels holds"))
 
@@ -288,12 +291,20 @@ def damaged(how):
     return out
 
 
-for how, text in (("truncated", "truncated or damaged"), ("empty", "truncated or damaged"), ("garbage", "truncated or damaged"),
-                  ("drop-labels", "no 'labels' column"), ("drop-seq_lengths", "no 'seq_lengths' column"),
-                  ("drop-input_ids", "no 'input_ids' column"), ("fewer-rows", "metadata.json says 2"),
+# every change to a shard is caught by its SHA-256 (metadata.json) before its columns are read
+CHANGED = "the shard was changed after packwise wrote it"
+for how, text in (("truncated", CHANGED), ("empty", CHANGED), ("garbage", CHANGED), ("drop-labels", CHANGED),
+                  ("drop-seq_lengths", CHANGED), ("drop-input_ids", CHANGED), ("fewer-rows", CHANGED),
                   ("deleted", "is missing")):  # fmt: skip
     case(f"dataset {how}", lambda how=how: PackedParquetDataset(damaged(how)), err(text))
     case(f"load_packed {how}", lambda how=how: load_packed(damaged(how)), err(text))
+# without the hash check (verify_checksums=False) the readers' own checks still name what is wrong
+for how, text in (("truncated", "truncated or damaged"), ("empty", "truncated or damaged"), ("garbage", "truncated or damaged"),
+                  ("drop-labels", "no 'labels' column"), ("drop-seq_lengths", "no 'seq_lengths' column"),
+                  ("drop-input_ids", "no 'input_ids' column"), ("fewer-rows", "metadata.json says 2")):  # fmt: skip
+    case(f"dataset unverified {how}", lambda how=how: PackedParquetDataset(damaged(how), verify_checksums=False),
+         err(text))  # fmt: skip
+    case(f"load_packed unverified {how}", lambda how=how: load_packed(damaged(how), verify_checksums=False), err(text))
 case("dataset ok", lambda: PackedParquetDataset(TMP / "out"), OK, lambda d: [d[i].input_ids.tolist() for i in range(len(d))]
      == [[1, 2, 3], [4, 5]])  # fmt: skip
 

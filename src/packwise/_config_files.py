@@ -3,6 +3,7 @@ size cap, and validation errors that name the file and the closest option withou
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 #: Largest config file read (bytes): a PackingConfig is a few hundred bytes.
@@ -53,6 +54,48 @@ def _json_no_duplicates(path: Path):
         return dict(pairs)
 
     return hook
+
+
+def read_config_file(p: Path) -> dict:
+    """The options a ``.yaml``/``.yml``/``.toml``/``.json`` config file holds (``PackingConfig.from_file``).
+
+    Raises:
+        ValueError: the file is missing, a directory, over :data:`MAX_CONFIG_BYTES`, of an unknown extension,
+            cannot be parsed (aliases and duplicate keys included), or does not hold a mapping; naming the file.
+    """
+    if p.is_dir():
+        raise ValueError(f"config file {p} is a directory; pass a .yaml, .toml or .json file")
+    if not p.is_file():
+        raise ValueError(f"config file {p} does not exist")
+    if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
+        raise ValueError(f"config file {p}: unknown extension {p.suffix!r}; use .yaml, .toml or .json")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"config file {p} is {p.stat().st_size} bytes, over the {MAX_CONFIG_BYTES} byte limit; is it a config?"
+        )
+    try:
+        text = p.read_text()
+        if p.suffix in (".yaml", ".yml"):
+            data = _load_yaml(text, p) or {}
+        elif p.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text, object_pairs_hook=_json_no_duplicates(p))
+    except ModuleNotFoundError as e:  # tomllib on Python 3.10
+        raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
+    except ValueError as e:
+        if str(e).startswith(f"config file {p}"):
+            raise
+        raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
+    except RecursionError:
+        raise ValueError(f"config file {p} cannot be parsed: nested too deep") from None
+    except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
+        raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
+    return data
 
 
 def _config_error(path: Path, e, model) -> ValueError:

@@ -36,8 +36,9 @@ Rules (and why):
 16. alignment (set or derived) > ``capacity``: no aligned sequence fits a pack.
 17. ``consumer.multi_token_prediction`` or ``topology.pp > 1`` with ``labels="hf"``: Megatron-only consumers
     read shifted labels and ``loss_mask``.
-18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack`` are strict integers (``True``
-    and ``"8"`` are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
+18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack``, ``seed``, ``min_packs``,
+    ``pack_count_multiple`` and ``multimodal.min_pixels/max_pixels`` are strict integers (``True`` and ``"8"``
+    are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
 
 Correct by construction (not refused): context parallelism with ``labels="hf"`` — the sharder shifts the
 labels within each document before the zigzag split (``shard_for_context_parallel``); multi-token
@@ -60,14 +61,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._build import ConfigBuilders
-from ._config_files import MAX_CONFIG_BYTES, _config_error, _json_no_duplicates, _load_yaml, _merge, _one_line
+from ._config_files import _config_error, _merge, read_config_file
 from .plan import ALGORITHM_OPTIONS, MAX_CAPACITY, alignment_multiple, check_algorithm_options, resolve_algorithm
 
 
@@ -117,8 +117,8 @@ class Consumer(_Frozen):
 class Multimodal(_Frozen):
     """Image sizing bounds (Qwen2-VL ``smart_resize``) and the media root images must be inside."""
 
-    min_pixels: int = Field(56 * 56, ge=1)
-    max_pixels: int = Field(28 * 28 * 16384, ge=1)
+    min_pixels: int = Field(56 * 56, ge=1, strict=True)
+    max_pixels: int = Field(28 * 28 * 16384, ge=1, strict=True)
     media_root: str | None = None  # images must be inside it; None: the input file's folder
 
     @model_validator(mode="after")
@@ -190,10 +190,10 @@ class PackingConfig(ConfigBuilders, _Frozen):
     tokenizer: str | None = None
     chat_template: str | None = None
     loss_on: Literal["assistant", "all"] = "assistant"
-    seed: int | None = None
+    seed: int | None = Field(None, strict=True)
     max_sequences_per_pack: int | None = Field(None, strict=True)
-    min_packs: int | None = Field(None, ge=0)
-    pack_count_multiple: int | None = Field(None, ge=1)
+    min_packs: int | None = Field(None, ge=0, strict=True)
+    pack_count_multiple: int | None = Field(None, ge=1, strict=True)
     skip_bad_rows: bool = False
 
     @field_validator("algorithm")
@@ -335,38 +335,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
             ValueError: the file is missing or unreadable, an unknown extension, or a rule is broken.
         """
         p = Path(path)
-        if p.is_dir():
-            raise ValueError(f"config file {p} is a directory; pass a .yaml, .toml or .json file")
-        if not p.is_file():
-            raise ValueError(f"config file {p} does not exist")
-        if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
-            raise ValueError(f"config file {p}: unknown extension {p.suffix!r}; use .yaml, .toml or .json")
-        if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(
-                f"config file {p} is {p.stat().st_size} bytes, over the {MAX_CONFIG_BYTES} byte limit; is it a config?"
-            )
-        try:
-            text = p.read_text()
-            if p.suffix in (".yaml", ".yml"):
-                data = _load_yaml(text, p) or {}
-            elif p.suffix == ".toml":
-                import tomllib
-
-                data = tomllib.loads(text)
-            else:
-                data = json.loads(text, object_pairs_hook=_json_no_duplicates(p))
-        except ModuleNotFoundError as e:  # tomllib on Python 3.10
-            raise ValueError("TOML configs need Python >= 3.11 (tomllib); use YAML") from e
-        except ValueError as e:
-            if str(e).startswith(f"config file {p}"):
-                raise
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
-        except RecursionError:
-            raise ValueError(f"config file {p} cannot be parsed: nested too deep") from None
-        except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
-            raise ValueError(f"config file {p} cannot be parsed: {type(e).__name__}: {_one_line(e)}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
+        data = read_config_file(p)
         from pydantic import ValidationError
 
         try:

@@ -164,6 +164,8 @@ class PackedLoss:
             raise ValueError(f"unknown reduction {reduction!r}; use token_mean, sequence_mean or sum")
         if labels not in ("hf", "shifted"):
             raise ValueError(f"labels={labels!r}; use 'hf' (unshifted, HF Transformers) or 'shifted' (Megatron)")
+        if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+            raise ValueError(f"cp_size must be an integer >= 1 (context-parallel ranks), got {cp_size!r}")
         self.reduction, self.cp_size, self.labels = reduction, cp_size, labels
 
     def __repr__(self) -> str:

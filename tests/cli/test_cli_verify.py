@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from packwise.cli import main
 
 
@@ -95,3 +97,24 @@ def test_verify_data_rows_checked_like_pack(tmp_path, capsys):
     assert main([*base, "--num-docs", "2", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert (payload["documents"], payload["isolated"]) == ([3, 4], True)
+
+
+def test_verify_refusals_name_paths_and_fixes_in_its_own_terms(capsys):
+    """A backend refusal's fix names ``--attn`` paths (not the API's backend 'dense'), and a refused path shows
+    the backend it runs."""
+    from packwise.cli._verify import _refusal
+    from packwise.hf import PackingRefused
+    from packwise.integrations._hf_guard import check_model
+    from packwise.verify import family_model
+
+    with pytest.raises(PackingRefused) as e:
+        check_model(family_model("gemma2", 64), "sdpa")
+    assert e.value.reason.endswith("; use backend 'auto' or one of flash, dense")  # the API's own terms
+    assert e.value.backends == ("auto", "flash", "dense")
+    assert _refusal(e.value) == (
+        "Gemma2Config.attn_logit_softcapping=5.0: backend 'sdpa' cannot apply logit softcapping; "
+        "use --attn eager or packwise"
+    )
+    assert main(["verify", "--model", "lfm2", "--attn", "eager,packwise", "--num-docs", "2", "--no-grads"]) == 3
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("REFUSED")]
+    assert line.startswith("REFUSED packwise/eager (backend dense), packwise/packwise (backend auto): Lfm2ShortConv")

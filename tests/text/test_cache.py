@@ -86,6 +86,16 @@ def test_a_garbled_fingerprint_store_is_recomputed(cache):
     assert sorted(p.name for p in cache.parent.iterdir()) == ["fingerprints.json", "tokenizer.json"]
 
 
+def test_a_fingerprint_entry_that_is_not_a_fingerprint_is_recomputed_and_replaced(cache):
+    reference = LiteTokenizer("qwen2.5").fingerprint(None)
+    store = cache.with_name("fingerprints.json")
+    [key] = json.loads(store.read_text())
+    for forged in ("", "stale", "7E9057F01DC3807A", reference + "0", 12345, None):
+        store.write_text(json.dumps({key: forged}))
+        assert LiteTokenizer("qwen2.5").fingerprint(None) == reference  # not the forged value
+        assert json.loads(store.read_text()) == {key: reference}  # and the entry is replaced
+
+
 def test_a_cache_folder_that_cannot_be_created_is_named_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKWISE_CACHE", "/proc/nope")
     with pytest.raises(ValueError) as e:

@@ -28,8 +28,16 @@ def test_tiny_model_three_steps_step0_parity(tmp_path, capsys):
     # same weights, same sequences per step: the whole loss curve matches
     assert result["losses_packed"] == pytest.approx(result["losses_padded"], rel=1e-4)
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert json.loads(last)["step0_loss_packed"] == result["step0_loss_packed"]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1])["step0_loss_packed"] == result["step0_loss_packed"]
+    # the rate is over the steps after the warm-up one, and the line says what it is (not a benchmark)
+    assert result["timed_steps"] == 2
+    assert result["tokens_held_packed"] == result["real_tokens"] <= result["tokens_held_padded"]
+    [rate] = [line for line in lines if "real tokens/s" in line]
+    assert rate.startswith(
+        "this run's wall clock (not a benchmark: one run per mode, 2 timed step(s) after a warm-up step, under this "
+        "machine's load; see benchmarks/bench_train.py): packed "
+    )
 
 
 @pytest.mark.slow

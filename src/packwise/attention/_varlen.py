@@ -171,7 +171,9 @@ def varlen_attention(
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     softcap = float(softcap) if softcap else None
-    if window is not None and (int(window) < 1 or not causal):
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+        raise TypeError(f"window={window!r} is a {type(window).__name__}; give an integer (tokens) or None")
+    if window is not None and (window < 1 or not causal):
         raise ValueError(f"window {window}: a sliding window must be >= 1 tokens and causal")
     if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
         raise ValueError(f"sinks must be ({q.shape[1]},) — one logit per query head — got {tuple(sinks.shape)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -13,10 +14,28 @@ from rich.console import Console
 if TYPE_CHECKING:
     from rich.table import Table
 
+#: Spaces at the end of a line (before any closing style codes).
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+class _Console(Console):
+    """A rich ``Console`` whose output to a file or pipe has no trailing spaces: rich pads every table cell to
+    its column's width, which a terminal hides but ``| tee``, diffs and CI logs keep."""
+
+    def print(self, *objects, **kwargs) -> None:
+        if self.is_terminal:
+            super().print(*objects, **kwargs)
+            return
+        with self.capture() as captured:
+            super().print(*objects, **kwargs)
+        self.file.write(_TRAILING.sub(r"\1", captured.get()))
+        self.file.flush()
+
+
 # Piped or captured output (CI logs, `| tee`) gets 140 columns instead of rich's 80 so tables do not
 # truncate their cells; a terminal or an explicit COLUMNS keeps rich's own width.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 140
-out = Console(width=_WIDTH)
+out = _Console(width=_WIDTH)
 err = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else 140)
 
 
@@ -42,6 +61,11 @@ def _n(x: int) -> str:
     return f"{x:,}"
 
 
+def _count(x: int, noun: str) -> str:
+    """``1 sample``, ``2 samples``, ``1,000 tokens``."""
+    return f"{x:,} {noun}{'' if x == 1 else 's'}"
+
+
 def _pct(a: float, b: float) -> str:
     return f"{100.0 * a / b:.2f} %" if b else "-"
 
@@ -57,11 +81,14 @@ def report_table(report, output: str | None = None) -> Table:
     rows = [
         ("settings", f"capacity {_n(r.capacity)} · {r.algorithm} · overflow {r.overflow} · loss on {r.loss_on}"),
         ("tokenizer", f"{r.tokenizer} ({r.tokenizer_fingerprint})" if r.tokenizer else "none (pre-tokenized)"),
-        ("rows", f"{_n(r.rows_read)} read · {_n(r.rows_skipped)} skipped (bad) · {_n(r.samples)} samples"),
+        ("rows", f"{_n(r.rows_read)} read · {_n(r.rows_skipped)} skipped (bad) · {_count(r.samples, 'sample')}"),
         ("tokens read", _n(r.tokens_read)),
-        ("truncated", f"{_n(r.tokens_truncated)} tokens in {_n(r.samples_truncated)} samples"),
-        ("split", f"{_n(r.samples_split)} samples into {_n(r.pieces_added)} extra sequences (no token lost)"),
-        ("dropped", f"{_n(r.tokens_dropped)} tokens in {_n(r.samples_dropped)} samples"),
+        ("truncated", f"{_count(r.tokens_truncated, 'token')} in {_count(r.samples_truncated, 'sample')}"),
+        (
+            "split",
+            f"{_count(r.samples_split, 'sample')} into {_count(r.pieces_added, 'extra sequence')} (no token lost)",
+        ),
+        ("dropped", f"{_count(r.tokens_dropped, 'token')} in {_count(r.samples_dropped, 'sample')}"),
         ("tokens packed", f"{_n(r.tokens_packed)} ({_pct(r.tokens_packed, r.tokens_read)} of read)"),
         (
             "loss tokens",
@@ -85,7 +112,9 @@ def report_table(report, output: str | None = None) -> Table:
         ("plan hash", r.plan_hash[:16]),
     ]
     if r.timings:
-        rows.append(("time", " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items())))
+        # the Ray engine applies the overflow policy on its workers, inside its tokenize step
+        steps = {} if "overflow" in r.timings else {"tokenize": "tokenize+overflow"}
+        rows.append(("time", " · ".join(f"{steps.get(k, k)} {v:.2f}s" for k, v in r.timings.items())))
     if output:
         rows.append(("output", output))
     for k, v in rows:

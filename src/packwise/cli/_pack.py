@@ -224,6 +224,8 @@ def _runtime_env(text: str | None) -> dict | None:
     text; other text names a file when one exists, else is read as JSON text if it parses)."""
     if text is None:
         return None
+    from ..files import loads_unique
+
     source = "--runtime-env"
     if not text.lstrip().startswith(("{", "[")) and Path(text).is_file():
         source, text = f"--runtime-env {text}", Path(text).read_text()
@@ -233,7 +235,7 @@ def _runtime_env(text: str | None) -> dict | None:
         except ValueError:
             raise ValueError(f"--runtime-env {text}: neither JSON text (starting with '{{') nor a JSON file") from None
     try:
-        env = json.loads(text)
+        env = loads_unique(text)
     except ValueError as e:
         raise ValueError(f"{source}: not valid JSON ({e})") from None
     if not isinstance(env, dict):

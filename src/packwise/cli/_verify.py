@@ -11,8 +11,9 @@ from rich.markup import escape
 
 from ._console import out
 
-# --attn names -> packwise varlen backends: eager = the additive-mask math, sdpa = SDPA per document,
-# flex = flex_attention with a document BlockMask, packwise = backend "auto".
+# --attn names -> packwise varlen backends: eager = backend "dense" (the additive-mask math), sdpa = SDPA per
+# document, flex = flex_attention with a document BlockMask, packwise = backend "auto". A refusal names the
+# path by its --attn name and the backend it runs, and its fix in --attn names (:func:`_refusal`).
 ATTN_PATHS = {"eager": "dense", "sdpa": "sdpa", "flex": "flex", "packwise": "auto"}
 MAX_DOCS = 64  # documents per verify run: each runs alone 4 times per path
 EXIT_REFUSED = 3  # every requested path was refused by use_packed_attention (exit 1 = a leak, 0 = isolated)
@@ -27,7 +28,8 @@ def verify(
         ),
     ] = "tiny-llama",
     attn: Annotated[
-        str, typer.Option(help="Comma list of packwise paths: eager,sdpa,flex,packwise")
+        str,
+        typer.Option(help="Comma list of packwise paths: eager (backend dense), sdpa, flex, packwise (backend auto)"),
     ] = "eager,sdpa,flex,packwise",
     data: Annotated[str, typer.Option(help="chitchat | a JSONL file (messages or input_ids)")] = "chitchat",
     num_docs: Annotated[int, typer.Option(help="Documents packed into one row (2-64).")] = 3,
@@ -102,7 +104,7 @@ def verify(
         try:
             use_packed_attention(net, backend=ATTN_PATHS[name], allow=allowed)
         except PackingRefused as e:
-            refused[name] = e.reason
+            refused[name] = _refusal(e)
             continue
         for use_cache in (False, True):
             for train in (False, True):
@@ -143,7 +145,8 @@ def verify(
             out.print(_table(model, docs, reports, raw_reports))
         by_reason: dict[str, list[str]] = {}
         for name, reason in refused.items():
-            by_reason.setdefault(reason, []).append(f"packwise/{name}")
+            backend = "" if ATTN_PATHS[name] == name else f" (backend {ATTN_PATHS[name]})"
+            by_reason.setdefault(reason, []).append(f"packwise/{name}{backend}")
         for reason, names in by_reason.items():
             out.print(f"[bold yellow]REFUSED[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
     if reports and not json_out:
@@ -157,6 +160,16 @@ def verify(
         raise typer.Exit(EXIT_REFUSED)
     if not ok:
         raise typer.Exit(1)
+
+
+def _refusal(e) -> str:
+    """A :class:`~packwise.hf.PackingRefused` reason with its fix in ``--attn`` names: the backends that take the
+    model (``auto``, ``dense``, ``flash``, ...) as the paths that run them; ``flash`` and ``torch_varlen``
+    (CUDA) have none and run under ``packwise`` (backend auto) where they are available."""
+    if not e.backends:
+        return e.reason
+    paths = [p for p, backend in ATTN_PATHS.items() if backend in e.backends]
+    return f"{e.problem}; use --attn {' or '.join(paths)}"
 
 
 def _fmt(x: float | None) -> str:

@@ -4,6 +4,7 @@
 the pipeline, report, the integrations and the CLI import from this facade instead of its private modules.
 """
 
+from ._lines import DuplicateKeyError, loads_unique  # noqa: F401
 from ._listing import check_shard_set, listed_data_files  # noqa: F401
 from ._manifest import check_replaceable  # noqa: F401
 from ._media_path import resolve_media_path  # noqa: F401

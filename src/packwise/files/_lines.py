@@ -11,6 +11,52 @@ from pathlib import Path
 SKIP_HINT = "fix the row or pass --skip-bad-rows (skip_bad_rows=True) to skip and count it"
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``key``): Python's ``json`` would silently keep the last value,
+    other readers the first; packwise refuses instead of guessing which one the writer meant."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"duplicate key {key!r} in one JSON object (JSON keeps only one of its values)")
+
+
+def _unique_pairs(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return out
+
+
+_UNIQUE = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
+def loads_unique(text: str | bytes):
+    """``json.loads(text)`` that refuses an object naming a key twice, at any depth (user JSON: data rows,
+    ``state.json``, tool-call arguments, ``--runtime-env``; packwise's own files). Bytes are decoded as
+    ``json.loads`` decodes them (UTF-8/16/32 by their first bytes).
+
+    Raises:
+        DuplicateKeyError: a ``ValueError`` naming the key. ValueError: not JSON (``json.JSONDecodeError``).
+
+    Example:
+        >>> loads_unique('{"a": 1, "b": {"c": 2}}')
+        {'a': 1, 'b': {'c': 2}}
+        >>> loads_unique('{"a": 1, "b": {"c": 2, "c": 3}}')
+        Traceback (most recent call last):
+        ...
+        packwise.files._lines.DuplicateKeyError: duplicate key 'c' in one JSON object (JSON keeps only one ...)
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    elif text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _UNIQUE.decode(text)
+
+
 #: Longest JSONL line read (bytes): a row beyond it is refused rather than read into memory without end.
 MAX_JSONL_LINE_BYTES = 64 << 20
 
@@ -69,12 +115,15 @@ def jsonl_lines(f, path, *, limit: int | None = None, first: int = 1, size: int 
 def parse_line(raw: bytes, path, lineno: int, *, hint: str = SKIP_HINT) -> dict:
     """One JSONL line as a dict; ``ValueError`` naming the file, line and JSON error, then ``hint``.
 
-    Nesting deeper than Python's recursion limit (about 1,000 levels) is refused with the same message shape.
+    Nesting deeper than Python's recursion limit (about 1,000 levels) is refused with the same message shape;
+    an object that names a key twice is refused naming the key (:func:`loads_unique`).
     """
     try:
-        row = json.loads(raw)
+        row = loads_unique(raw)
         if not isinstance(row, dict):
             raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    except DuplicateKeyError as e:
+        raise ValueError(f"{path} line {lineno}: {e}; {hint}") from None
     except ValueError as e:
         raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {hint}") from None
     except RecursionError:
@@ -119,7 +168,9 @@ def read_own_json(path):
             f"{path} is not a valid packwise file (larger than the {MAX_OWN_JSON_BYTES:,} byte limit); {fix}"
         )
     try:
-        return json.loads(raw)
+        return loads_unique(raw)
+    except DuplicateKeyError as e:
+        raise ValueError(f"{path} is not a valid packwise file ({e}); {fix}") from None
     except ValueError as e:
         raise ValueError(f"{path} is not a valid packwise file (not JSON: {e}); {fix}") from None
     except RecursionError:

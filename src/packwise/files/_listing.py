@@ -5,13 +5,14 @@ a remote filesystem (``s3://``)."""
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+
+from ._lines import DuplicateKeyError, loads_unique
 
 _SHARD = re.compile(r"^(?P<stem>.*?)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>\w+)$")
 
@@ -147,7 +148,9 @@ def listed_data_files(path, state: str | None, arrows: list[str]) -> list[str]:
             "files); save the dataset again with Dataset.save_to_disk"
         )
     try:
-        names = [f["filename"] for f in json.loads(state).get("_data_files", [])]
+        names = [f["filename"] for f in loads_unique(state).get("_data_files", [])]
+    except DuplicateKeyError as e:
+        raise ValueError(f"input {path}: state.json has a {e}; save the dataset again with Dataset.save_to_disk") from e
     except (ValueError, AttributeError, TypeError, KeyError) as e:
         raise ValueError(f"input {path}: state.json is not a saved HF dataset's ({type(e).__name__}: {e})") from e
     for name in names:

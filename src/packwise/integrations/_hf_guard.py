@@ -53,6 +53,9 @@ _POSITIONWISE = re.compile(
 class PackingRefused(ValueError):
     """``use_packed_attention`` cannot make this model isolate packed documents; ``reason`` says why and how.
 
+    When only the chosen backend is the problem, ``problem`` is ``reason`` without its fix and ``backends``
+    names the ``backend=`` values that take the model (``()`` otherwise: no backend does).
+
     Example:
         >>> from packwise.hf import PackingRefused, use_packed_attention
         >>> from packwise.verify import family_model
@@ -63,9 +66,17 @@ class PackingRefused(ValueError):
         Lfm2ShortConv in model type 'lfm2' carries state along the sequence ... train it unpacked, ...
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, problem: str | None = None, backends: tuple[str, ...] = ()) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.problem = reason if problem is None else problem
+        self.backends = tuple(backends)
+
+
+def _backend_refused(problem: str, feature: str) -> PackingRefused:
+    backends = ("auto", *FEATURES[feature])
+    fix = f"use backend 'auto' or one of {', '.join(FEATURES[feature])}"
+    return PackingRefused(f"{problem}; {fix}", problem=problem, backends=backends)
 
 
 def _family(cls: type) -> str | None:
@@ -129,15 +140,17 @@ def _check_features(model, config, backend: Backend) -> None:
     for cfg in _configs(config):
         cap = getattr(cfg, "attn_logit_softcapping", None)
         if cap and backend != "auto" and backend not in FEATURES["softcap"]:
-            raise PackingRefused(
+            raise _backend_refused(
                 f"{type(cfg).__name__}.attn_logit_softcapping={cap}: backend {backend!r} cannot apply logit "
-                f"softcapping; use backend 'auto' or one of {', '.join(FEATURES['softcap'])}"
+                "softcapping",
+                "softcap",
             )
     has_sinks = any(getattr(m, "sinks", None) is not None for m in model.modules() if _family(type(m)))
     if has_sinks and backend != "auto" and backend not in FEATURES["sinks"]:
-        raise PackingRefused(
+        raise _backend_refused(
             f"model type {config.model_type!r} has attention sinks (GptOssAttention.sinks): backend {backend!r} "
-            f"cannot add them to the softmax; use backend 'auto' or one of {', '.join(FEATURES['sinks'])}"
+            "cannot add them to the softmax",
+            "sinks",
         )
 
 

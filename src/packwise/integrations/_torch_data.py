@@ -277,6 +277,11 @@ class DistributedPackSampler(Sampler[int]):
         ready = dist.is_available() and dist.is_initialized()
         self.num_replicas = num_replicas if num_replicas is not None else (dist.get_world_size() if ready else 1)
         self.rank = rank if rank is not None else (dist.get_rank() if ready else 0)
+        for name, value in (("num_replicas", self.num_replicas), ("rank", self.rank), ("seed", seed)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name}={value!r} is a {type(value).__name__}; give an integer")
+        if self.num_replicas < 1:
+            raise ValueError(f"num_replicas must be >= 1 (data-parallel ranks), got {self.num_replicas}")
         if not 0 <= self.rank < self.num_replicas:
             raise ValueError(f"rank {self.rank} is out of range for {self.num_replicas} replicas")
         lengths = dataset.pack_seq_lengths() if hasattr(dataset, "pack_seq_lengths") else list(dataset)

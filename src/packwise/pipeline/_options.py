@@ -148,6 +148,10 @@ class PackOptions:
             **self.algorithm_options,
         }
 
-    def report_loss_on(self, kind: str) -> str:
-        """``loss_on`` as the report names it: pre-tokenized rows carry their own ``labels``/``loss_mask``."""
-        return "labels" if kind == "tokens" else self.loss_on
+    def report_loss_on(self, kind: str, *, every_token: bool = False) -> str:
+        """``loss_on`` as the report names it: pre-tokenized rows carry their own ``labels``/``loss_mask``
+        (``"labels"``), or, when every token of them is a target (``every_token``: ids only, or labels that mask
+        nothing but each sample's first token), ``"all"``."""
+        if kind == "tokens":
+            return "all" if every_token else "labels"
+        return self.loss_on

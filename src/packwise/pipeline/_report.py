@@ -19,6 +19,8 @@ class PackReport:
     Loss tokens are *targets*: labels != -100 after a sample's first token (HF shifts labels, so a sample's
     first label is never a target and is normalised to -100 on read). ``pad_tokens_removed``: padding
     (``attention_mask == 0``) stripped from pre-tokenized rows before anything is counted as read.
+    ``loss_on``: the chat setting (``assistant`` or ``all``); for pre-tokenized rows ``labels`` when their
+    ``labels``/``loss_mask`` leave some token out, else ``all`` (ids only: every token after a sample's first).
 
     Example:
         >>> from packwise import pack_dataset

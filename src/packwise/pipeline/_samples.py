@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..constants import IGNORE_INDEX
-from ..files import SKIP_HINT, BadRow, RawInput
+from ..files import SKIP_HINT, BadRow, DuplicateKeyError, RawInput, loads_unique
 from ._types import RowErrors, Samples
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -52,7 +52,6 @@ def _tool_calls(m: dict, field: str, where: str) -> dict:
     """An assistant message's ``tool_calls`` checked and normalised to ``[{"type": "function", "function":
     {"name": str, "arguments": dict}}]`` (arguments given as a JSON string are parsed, so both spellings
     render the same); ``content`` may then be null or empty. The legacy ``function_call`` is refused."""
-    import json
 
     if m.get("function_call") is not None:
         raise BadRow(
@@ -73,7 +72,9 @@ def _tool_calls(m: dict, field: str, where: str) -> dict:
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
-                args = json.loads(args)
+                args = loads_unique(args)
+            except DuplicateKeyError as e:
+                raise BadRow(where, f"{at}.function.arguments", f"is a JSON string with a {e}") from None
             except ValueError as e:
                 raise BadRow(where, f"{at}.function.arguments", f"is a string but not valid JSON ({e})") from None
         if not isinstance(args, dict):

@@ -249,10 +249,13 @@ def build_report(
         RuntimeError: a token is unaccounted for (a packwise bug).
     """
     name, fingerprint, kind = source
+    # every token a target but each sample's first (it has no context: its label is -100 from the read on)
+    every_token = counts.loss_tokens_read >= counts.tokens_read - counts.samples
     report = PackReport(
         input=name, input_fingerprint=fingerprint, tokenizer=tokenizer[0], tokenizer_fingerprint=tokenizer[1],
         capacity=options.capacity, algorithm=plan.algorithm, seed=plan.seed, overflow=options.overflow,
-        loss_on=options.report_loss_on(kind), rows_read=counts.rows_read, rows_skipped=counts.rows_skipped,
+        loss_on=options.report_loss_on(kind, every_token=every_token),
+        rows_read=counts.rows_read, rows_skipped=counts.rows_skipped,
         samples=counts.samples, tokens_read=counts.tokens_read, loss_tokens_read=counts.loss_tokens_read,
         **counts.overflow.token_counts(), sequences_packed=plan.num_sequences, tokens_packed=packed.tokens,
         loss_tokens_packed=packed.loss_tokens, loss_tokens_masked_at_boundary=packed.masked_at_boundary,

@@ -164,7 +164,8 @@ def segment_layout(lengths: list[int], *, alignment: int = 1, pad_to: int | None
         pad_to: tokens in the row (None: the aligned total).
 
     Raises:
-        ValueError: the aligned sequences hold more than ``pad_to`` tokens.
+        ValueError: the aligned sequences hold more than ``pad_to`` tokens. TypeError: ``pad_to`` is not an
+            integer (``True``, ``"5"``, ``5.0`` are refused).
 
     Example:
         >>> lay = segment_layout([5, 7], alignment=4, pad_to=20)
@@ -173,6 +174,8 @@ def segment_layout(lengths: list[int], *, alignment: int = 1, pad_to: int | None
         >>> np.flatnonzero(lay.padding_mask).tolist()
         [5, 6, 7, 15, 16, 17, 18, 19]
     """
+    if pad_to is not None and (isinstance(pad_to, (bool, np.bool_)) or not isinstance(pad_to, (int, np.integer))):
+        raise TypeError(f"pad_to={pad_to!r} is a {type(pad_to).__name__}; give an integer (tokens per pack) or None")
     n = len(lengths)
     real = np.asarray(lengths, dtype=np.int64)
     real_total = sum(lengths)

@@ -188,7 +188,8 @@ def render_pack(view: dict):
     parts = [
         Text(
             f"pack {v['pack']} of {v['num_packs']} · {v['tokens']:,} of {v['capacity']:,} tokens ({fill:.1f} % full)"
-            f" · {len(v['documents'])} documents · {v['loss_tokens']:,} loss tokens",
+            f" · {len(v['documents'])} document{'' if len(v['documents']) == 1 else 's'} · {v['loss_tokens']:,} loss "
+            f"token{'' if v['loss_tokens'] == 1 else 's'}",
             style="bold",
         ),
         Text(f"{v['path']} · {shows} · highlighted: loss tokens (label != -100)", style="dim"),

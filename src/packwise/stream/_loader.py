@@ -50,6 +50,8 @@ class PackingLoader:
             raise ValueError("PackingLoader needs PackingStream(assemble=True)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0 (DataLoader worker processes), got {num_workers!r}")
         self.stream, self.batch_size, self.num_workers = stream, batch_size, num_workers
         self.collate_fn, self.drop_last_batch, self.kwargs = collate_fn, drop_last_batch, dataloader_kwargs
         self._next = (stream.state_dict()["window"], stream.state_dict()["pack"])

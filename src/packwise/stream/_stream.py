@@ -126,8 +126,16 @@ class PackingStream(IterableDataset, SampleRules):
             raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if not isinstance(alignment, (int, np.integer)) or alignment < 1 or alignment > capacity:
+        if (
+            isinstance(alignment, (bool, np.bool_))
+            or not isinstance(alignment, (int, np.integer))
+            or not (1 <= alignment <= capacity)
+        ):
             raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
+        if pad_to is not None and (
+            isinstance(pad_to, (bool, np.bool_)) or not isinstance(pad_to, (int, np.integer)) or pad_to < 1
+        ):
+            raise ValueError(f"pad_to must be None or an integer >= 1 (tokens per pack), got {pad_to!r}")
         if overflow not in OVERFLOW:
             raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW)}")
         map_style = hasattr(source, "__len__") and hasattr(source, "__getitem__")

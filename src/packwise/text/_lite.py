@@ -82,7 +82,13 @@ class LiteTokenizer:
     def fingerprint(self, template: str | None) -> str:
         """:func:`~packwise.text.tokenizer_fingerprint` of this tokenizer with ``template``, remembered in a
         file next to the cached tokenizer.json (keyed by the template, the file's size and mtime and the
-        ``tokenizers`` version): serialising the tokenizer to hash it costs as much as loading it."""
+        ``tokenizers`` version): serialising the tokenizer to hash it costs as much as loading it.
+
+        The remembered value is only the report's provenance (``tokenizer_fingerprint`` in ``metadata.json``):
+        nothing in packwise reuses output or skips work by it, and tokens always come from the tokenizer file
+        itself. An entry that is not a fingerprint (16 lowercase hex digits) is computed again and replaced; a
+        well-formed but wrong value is trusted as the tokenizer.json beside it is (both are packwise's cache:
+        whoever can change one can change the other), since checking it costs the recompute it saves."""
         import hashlib
         import json
 
@@ -102,7 +108,7 @@ class LiteTokenizer:
             known = {}
         known = known if isinstance(known, dict) else {}
         found = known.get(key())
-        if isinstance(found, str):
+        if isinstance(found, str) and len(found) == 16 and all(c in "0123456789abcdef" for c in found):
             return found
         from ._load import definition_fingerprint
 
