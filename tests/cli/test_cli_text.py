@@ -67,3 +67,17 @@ def test_inspect_says_one_document(write_jsonl, tmp_path):
     console.print(render_pack({**pack_view(out, 0), "path": "out"}))
     first = console.file.getvalue().splitlines()[0].rstrip()
     assert first == "pack 0 of 1 · 3 of 8 tokens (37.5 % full) · 1 document · 2 loss tokens"
+
+
+def test_padding_avoided_says_none_when_the_packs_hold_more_slots(write_jsonl, tmp_path, capsys):
+    """One 3-token sample in an 8-token pack: pad-to-longest holds 3 slots, the pack 8, pad-to-capacity 8."""
+    lines = _pack_output(write_jsonl, tmp_path, capsys, [{"input_ids": [1, 2, 3]}])
+    [row] = [line for line in lines if line.startswith("padding avoided")]
+    assert row.split(None, 2)[2] == "none (5 tokens more) vs pad-to-longest (batch 1), 0 tokens vs pad-to-capacity"
+
+
+def test_report_md_counts_in_the_singular(write_jsonl, tmp_path):
+    out = tmp_path / "out"
+    assert main(["pack", str(write_jsonl([{"input_ids": [1, 2, 3]}])), "-o", str(out), "--capacity", "8"]) == 0
+    text = (out / "report.md").read_text()
+    assert "1 row read, 0 skipped (bad), 1 sample." in text

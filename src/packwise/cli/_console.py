@@ -66,6 +66,11 @@ def _count(x: int, noun: str) -> str:
     return f"{x:,} {noun}{'' if x == 1 else 's'}"
 
 
+def _avoided(x: int) -> str:
+    """Padding avoided by packing; negative when the packs hold more slots (one short sample, say)."""
+    return _count(x, "token") if x >= 0 else f"none ({_count(-x, 'token')} more)"
+
+
 def _pct(a: float, b: float) -> str:
     return f"{100.0 * a / b:.2f} %" if b else "-"
 
@@ -101,8 +106,8 @@ def report_table(report, output: str | None = None) -> Table:
         ("utilisation", f"{m.utilisation:.4f} (fill min {m.fill_min:.3f}, balance {m.fill_balance:.3f})"),
         (
             "padding avoided",
-            f"{_n(m.padding_avoided_vs_longest)} tokens vs pad-to-longest (batch {m.batch_size}), "
-            f"{_n(m.padding_avoided_vs_capacity)} vs pad-to-capacity",
+            f"{_avoided(m.padding_avoided_vs_longest)} vs pad-to-longest (batch {m.batch_size}), "
+            f"{_avoided(m.padding_avoided_vs_capacity)} vs pad-to-capacity",
         ),
         (
             "speed-up",

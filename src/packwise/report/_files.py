@@ -97,6 +97,10 @@ def _pct(a: float, b: float) -> str:
     return f"{100.0 * a / b:.2f} %" if b else "–"
 
 
+def _noun(x: int, noun: str) -> str:
+    return f"{x:,} {noun}{'' if x == 1 else 's'}"  # 1 row, 2 rows (the console has the same rule)
+
+
 def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
@@ -133,7 +137,7 @@ def report_markdown(data: dict) -> str:
         ),
         "## Token accounting",
         "",
-        f"{_n(r['rows_read'])} rows read, {_n(r['rows_skipped'])} skipped (bad), {_n(r['samples'])} samples.",
+        f"{_noun(r['rows_read'], 'row')} read, {_n(r['rows_skipped'])} skipped (bad), {_noun(r['samples'], 'sample')}.",
         "",
         *_table(
             ("", "samples", "tokens", "loss tokens"),
