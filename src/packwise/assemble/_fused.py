@@ -30,7 +30,7 @@ from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
 from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
-from ._options import check_fill, check_options
+from ._options import check_fill, check_options, plain_options
 from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
@@ -95,10 +95,9 @@ def assemble_batch(
     if layout == "thd" and not labels_shifted:
         try:
             out = _fast_thd(
-                packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset,
-                pad_to_multiple_of,
-            )  # fmt: skip
-        except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError):
+                packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, position_offset, pad_to_multiple_of
+            )
+        except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError, OverflowError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
         return out
@@ -119,7 +118,7 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, shifted, offset, multiple):
+def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, offset, multiple):
     """The batch (in ``collate_packs``' key order), or None when the input is outside the common case or the
     two-step path would refuse it (the caller then takes the two-step path, which decides and names it).
 
@@ -130,10 +129,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         return None
     if pad_to is not None and not _is_int(pad_to):
         return None
-    # the option checks of assemble_pack: a refusal (ValueError, TypeError) sends the batch to the two-step path
-    pad_values = check_options(
-        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=offset, pad_values=pad_values
-    )
+    # the option checks of assemble_pack (the common options in a few comparisons): a refusal (ValueError,
+    # TypeError) sends the batch to the two-step path
+    if plain_options(pad_token_id, label_pad_id, offset, pad_values):
+        pad_values = {}
+    else:
+        pad_values = check_options(
+            pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=offset, pad_values=pad_values
+        )
     sizes = list(map(len, packs))
     seqs = list(chain.from_iterable(packs))
     if not seqs or min(sizes) == 0:
@@ -162,10 +165,11 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if name in pad_values:
             for dtype in dtypes[name]:  # as assemble_pack: the pad value fits the column in every sequence
                 check_fill(pad_values[name], dtype, name)
-    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", set()).isdisjoint(_NOT_IDS):
+    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", _EMPTY).isdisjoint(_NOT_IDS):
         return None  # float or bool ids/labels: the two-step path refuses them
-    device = ids[0].device
-    cpu = ids[0].is_cpu
+    first = ids[0]
+    cpu = first.is_cpu
+    device = first.device
     if alignment == 1 and pad_to is None:
         lay = plain_layout(sizes, lens_list, multiple)
     else:
@@ -178,7 +182,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
         """One column of the row: the sequences' chunks, concatenated once, padding included."""
-        if dst is None and (dtype is None or dtypes[name] == {dtype}) and len(dtypes[name]) == 1:
+        kinds = dtypes[name]
+        if dst is None and len(kinds) == 1 and (dtype is None or dtype in kinds):
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
             out = torch.cat(chunks)
@@ -204,9 +209,12 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
     if input_ids.dim() != 1:
         return None  # (1, L) or (L, k) sequences: the two-step path names them
-    ids_np = input_ids.numpy() if cpu else None
-    if (int(_MIN(ids_np)) if cpu else int(input_ids.min())) < 0:
-        return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
+    if cpu:
+        ids_np = input_ids.numpy()
+        if int(_MIN(ids_np)) < 0:
+            return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
+    elif int(input_ids.min()) < 0:
+        return None
     seq_start = lay.seq_start
     negative = False
     if "labels" in cols:
@@ -215,23 +223,24 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             return None  # (the two-step path flattens such labels)
         if cpu:
             lab_np = labels.numpy()
-            negative = int(_MIN(lab_np[:total])) < 0  # none (the common case): masking adds only the pad
+            negative = int(_MIN(lab_np[:total] if extra else lab_np)) < 0  # none (the common case): masking adds
+            # only the pad
             if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id):
                 return None  # the two-step path refuses it, naming the sequence and the fix
         else:
             negative = True
     else:
-        labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
+        labels = input_ids.clone()
         if lay.padded or extra:
             labels[torch.from_numpy(lay.pad_mask).to(device)] = label_pad_id
-    boundary = lay.seq_stop - 1 if shifted else seq_start
+        if cpu:
+            lab_np = labels.numpy()
     if cpu:
-        lab_np = labels.numpy()
-        lab_np[boundary] = label_pad_id
+        lab_np[seq_start] = label_pad_id  # the boundaries
         if extra:
             lab_np[total:] = IGNORE_INDEX
     else:
-        labels[torch.from_numpy(boundary).to(device)] = label_pad_id
+        labels[torch.from_numpy(seq_start).to(device)] = label_pad_id
         if extra:
             labels[total:] = IGNORE_INDEX
     if negative:
@@ -245,15 +254,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if extra:
             positions[total:] -= offset  # collate_packs' batch padding counts from 0
     row = _row if cpu else partial(_row_on, device=device)
-    batch = {"labels": labels.unsqueeze(0), "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
-    pad_values = pad_values or {}
+    batch = {"labels": labels[None], "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
     for name in names:
         column = place(cols[name], name, pad_values.get(name, 0), None)
         if column.dim() != 1:
             return None  # per-token (L, k) columns: the two-step path pads them
         if name == "attention_mask" and mask_refused(column[:total] if dst is None else column[dst]):
             return None  # padded sequences: the two-step path refuses them
-        batch[name] = column.unsqueeze(0)
+        batch[name] = column[None]
     cu_padded = _from(lay.cu_padded) if cpu else _from(lay.cu_padded).to(device)
     batch.update(
         seq_idx=row(lay.seq_idx),
@@ -269,7 +277,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         cu_pack_tokens=_from(lay.pack_tokens),
         total_tokens=width,
         layout="thd",
-        input_ids=input_ids.unsqueeze(0),
+        input_ids=input_ids[None],
         labels_shifted=False,
     )
     return batch
@@ -278,6 +286,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 _INPUT_IDS = itemgetter("input_ids")
 _NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
+_EMPTY = frozenset()
 _MIN = np.minimum.reduce
 _from = torch.from_numpy
 

@@ -24,8 +24,8 @@ class Layout(NamedTuple):
     extra: int  #: the batch padding (``pad_to_multiple_of``)
     padded: bool  #: alignment or tail padding inside the packs
     dst: torch.Tensor | None  #: ``(sum(lens),)`` int64 row position of every real token; None when padded is False
-    seq_start: np.ndarray  #: ``(N,)`` int64 row position of every sequence's first token
-    seq_stop: np.ndarray  #: ``(N,)`` int64 ``seq_start + lens``
+    seq_start: np.ndarray  #: ``(N,)`` int32 or int64 row position of every sequence's first token
+    seq_stop: np.ndarray  #: ``(N,)`` ``seq_start + lens``, the same dtype
     cu_real: np.ndarray  #: ``(M+1,)`` int32 cumulative real lengths of the M segments
     cu_padded: np.ndarray  #: ``(M+1,)`` int32 physical segment starts
     pack_tokens: np.ndarray  #: ``(P+1,)`` int32 token offset of every pack
@@ -52,6 +52,9 @@ def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
 def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layout:
     """No alignment, no ``pad_to``: the segments are the sequences, then the batch padding when there is one.
 
+    Six numpy calls that allocate (``cu_padded``, its copy, ``pack_tokens``, positions, ``seq_idx``, the
+    padding mask), each array written once; ``seq_start``/``seq_stop`` are int32 views of ``cu_padded``.
+
     Args:
         sizes: ``(P,)`` sequences per pack (each >= 1). lens_list: ``(N,)`` tokens per sequence (each >= 1).
         multiple: ``pad_to_multiple_of``."""
@@ -60,23 +63,24 @@ def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layou
     total = ends[-1]
     extra = -total % multiple
     width = total + extra
+    longest = max(lens_list)
+    pad_mask = np.zeros(width, dtype=bool)
     if extra:
         ends.append(width)  # the batch padding: one more segment, real length 0
         phys_list = [*lens_list, extra]
+        pad_mask[total:] = True
+        longest_phys = max(longest, extra)
     else:
         phys_list = lens_list
-    cum = np.array(ends, dtype=np.int64)  # the physical segment starts, then the row's end
-    cu_padded = cum.astype(np.int32)
+        longest_phys = longest
+    cu_padded = np.array(ends, dtype=np.int32)  # the physical segment starts, then the row's end
     cu_real = cu_padded.copy()
-    pad_mask = np.zeros(width, dtype=bool)
     if extra:
         cu_real[-1] = total
-        pad_mask[total:] = True
-    longest = max(lens_list)
     return Layout(
-        total, width, extra, False, None, cum[:n], cum[1 : n + 1], cu_real, cu_padded,
+        total, width, extra, False, None, cu_padded[:n], cu_padded[1 : n + 1], cu_real, cu_padded,
         cu_padded.take(list(accumulate(sizes, initial=0))), aranges(phys_list), _seq_idx(phys_list), pad_mask,
-        max(longest, extra), longest,
+        longest_phys, longest,
     )  # fmt: skip
 
 
