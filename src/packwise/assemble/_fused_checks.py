@@ -3,7 +3,7 @@
 Each one answers *whether* the two-step path would refuse the batch; the caller then hands the batch to
 the two-step path, which raises with its message (naming the sequence, the position, the value and the
 fix). A check reads the batch's ``(T,)`` columns once or twice, and the label-convention check first
-looks at three positions per row: a sufficient statistic that clears almost every real batch.
+looks at one or two positions per row: a sufficient statistic that clears almost every real batch.
 """
 
 from __future__ import annotations
@@ -41,18 +41,31 @@ def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop:
     ``[start[i], stop[i])``, at least one token.
 
     A row is cleared as soon as one of its targets (a label that is not ``pad``, before its last token) is
-    not the next token. First each row's first and second-to-last positions are tested — two gathers of
-    ``2 N`` elements: random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and prompt-masked
-    HF labels (the reply ends the row) clear there. Only when some row is left does the exact test read the
-    whole batch (:func:`_rows_look_shifted_exact`)."""
-    n = start.shape[0]
-    last = stop - 2  # the row's last position that has a next token (start - 1 for a 1-token row)
-    probe = np.concatenate((np.minimum(start, last), last))  # a 1-token row probes start - 1 >= -1: in bounds,
-    got = lab[probe]  # and it is never a candidate, whatever its probes say
-    probe += 1
-    off = got != ids[probe]
+    not the next token. First each row's first position is tested (one gather of ``N`` labels and ``N`` ids):
+    random labels and HF labels (the token itself, ``ids[t] != ids[t+1]``) clear there; a 1-token row has no
+    target and is never shifted, so clearing it on its neighbour's token is right. Rows left (prompt-masked
+    HF labels: their first label is the pad) are probed at their second-to-last position, where the reply
+    ends; only when some row is still left does the exact test read the whole batch
+    (:func:`_rows_look_shifted_exact`).
+
+    Example:
+        >>> ids = np.array([5, 6, 7, 8]); start, stop = np.array([0]), np.array([4])
+        >>> rows_look_shifted(np.array([6, 7, 8, -100]), ids, start, stop, -100)  # labels[t] == ids[t + 1]
+        True
+        >>> rows_look_shifted(ids.copy(), ids, start, stop, -100)  # HF labels: the token itself
+        False
+    """
+    got = lab[start]
+    off = got != ids.take(start + 1, mode="clip")  # (clip: a last 1-token row, never a candidate)
     off &= got != pad
-    if _ALL(off[:n] | off[n:]):
+    if _ALL(off):
+        return False
+    left = ~off
+    last = stop[left] - 2  # the row's last position with a next token (start - 1 for a 1-token row: its probe
+    got = lab[last]  # lands on the previous row, and the row is cleared or left to the exact test, both right)
+    off = got != ids[last + 1]
+    off &= got != pad
+    if _ALL(off):
         return False
     return _rows_look_shifted_exact(lab, ids, start, stop - start, pad)
 
