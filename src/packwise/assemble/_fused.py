@@ -150,21 +150,22 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     # -- validation, once per column over the whole batch ------------------------------------------------
     # (Tensor.numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts; the
     # dimensions are checked on each concatenation: a mix raises, and 2-D sequences give a 2-D column)
-    ids = list(map(_INPUT_IDS, seqs))
+    order = ["input_ids", "labels", *names] if "labels" in keys else ["input_ids", *names]
+    # every column's tensors in one pass over the sequences (KeyError: a sequence lacks one of sequence 0's keys)
+    cols = list(zip(*map(itemgetter(*order), seqs))) if len(order) > 1 else [list(map(_INPUT_IDS, seqs))]
+    ids = cols[0]
     lens_list = list(map(_NUMEL, ids))
     if min(lens_list) < 1:
         return None  # a 0-token sequence: the two-step path names it
-    dtypes = {"input_ids": set(map(_DTYPE, ids))}
-    cols = {}
-    for name in (["labels"] if "labels" in keys else []) + names:
-        col = list(map(itemgetter(name), seqs))
-        if list(map(_NUMEL, col)) != lens_list:
+    dtypes = {}
+    for name, col in zip(order, cols):
+        if col is not ids and list(map(_NUMEL, col)) != lens_list:
             return None  # lengths that differ (or trailing dimensions): the two-step path names them
-        cols[name] = col
-        dtypes[name] = set(map(_DTYPE, col))
-        if name in pad_values:
-            for dtype in dtypes[name]:  # as assemble_pack: the pad value fits the column in every sequence
+        kinds = dtypes[name] = set(map(_DTYPE, col))
+        if name in pad_values and col is not ids:
+            for dtype in kinds:  # as assemble_pack: the pad value fits the column in every sequence
                 check_fill(pad_values[name], dtype, name)
+    cols = dict(zip(order, cols))
     if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", _EMPTY).isdisjoint(_NOT_IDS):
         return None  # float or bool ids/labels: the two-step path refuses them
     first = ids[0]
