@@ -161,10 +161,12 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     for name, col in zip(order, cols):
         if col is not ids and list(map(_NUMEL, col)) != lens_list:
             return None  # lengths that differ (or trailing dimensions): the two-step path names them
-        kinds = dtypes[name] = set(map(_DTYPE, col))
-        if name in pad_values and col is not ids:
-            for dtype in kinds:  # as assemble_pack: the pad value fits the column in every sequence
-                check_fill(pad_values[name], dtype, name)
+        if name in _ROW_KEYS:
+            dtypes[name] = set(map(_DTYPE, col))
+        elif name in pad_values:  # (a side column's dtypes matter only for its pad value; a mix concatenates to
+            # the promoted dtype, as the two-step path's two concatenations do, padding included)
+            for dtype in dtypes.setdefault(name, set(map(_DTYPE, col))):  # as assemble_pack: the pad value fits
+                check_fill(pad_values[name], dtype, name)  # the column in every sequence
     cols = dict(zip(order, cols))
     if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", _EMPTY).isdisjoint(_NOT_IDS):
         return None  # float or bool ids/labels: the two-step path refuses them
@@ -183,8 +185,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
         """One column of the row: the sequences' chunks, concatenated once, padding included."""
-        kinds = dtypes[name]
-        if dst is None and len(kinds) == 1 and (dtype is None or dtype in kinds):
+        kinds = dtypes.get(name)
+        if dst is None and (kinds is None or len(kinds) == 1 and (dtype is None or dtype in kinds)):
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
             out = torch.cat(chunks)
