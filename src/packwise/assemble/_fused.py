@@ -186,7 +186,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
         """One column of the row: the sequences' chunks, concatenated once, padding included."""
         kinds = dtypes.get(name)
-        if dst is None and (kinds is None or len(kinds) == 1 and (dtype is None or dtype in kinds)):
+        if dst is None and (kinds is None or (len(kinds) == 1 and (dtype is None or dtype in kinds))):
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
             out = torch.cat(chunks)
