@@ -82,7 +82,7 @@ def assemble_batch(
         >>> b["input_ids"].tolist(), b["labels"].tolist(), b["position_ids"].tolist(), b["cu_seqlens"].tolist()
         ([[1, 2, 3, 4, 5]], [[-100, 2, 3, -100, 5]], [[0, 1, 2, 0, 1]], [0, 3, 5])
     """
-    if not isinstance(packs, Sequence):  # a generator: read once, for the fast path and its fallback alike
+    if type(packs) is not list and not isinstance(packs, Sequence):  # a generator: read once, for both paths
         try:
             packs = list(packs)
         except TypeError:
