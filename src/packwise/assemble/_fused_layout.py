@@ -24,8 +24,8 @@ class Layout(NamedTuple):
     extra: int  #: the batch padding (``pad_to_multiple_of``)
     padded: bool  #: alignment or tail padding inside the packs
     dst: torch.Tensor | None  #: ``(sum(lens),)`` int64 row position of every real token; None when padded is False
-    seq_start: np.ndarray  #: ``(N,)`` int32 or int64 row position of every sequence's first token
-    seq_stop: np.ndarray  #: ``(N,)`` ``seq_start + lens``, the same dtype
+    seq_start: np.ndarray  #: ``(N,)`` int64 row position of every sequence's first token
+    seq_stop: np.ndarray  #: ``(N,)`` int64 ``seq_start + lens``
     cu_real: np.ndarray  #: ``(M+1,)`` int32 cumulative real lengths of the M segments
     cu_padded: np.ndarray  #: ``(M+1,)`` int32 physical segment starts
     pack_tokens: np.ndarray  #: ``(P+1,)`` int32 token offset of every pack
@@ -52,8 +52,8 @@ def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
 def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layout:
     """No alignment, no ``pad_to``: the segments are the sequences, then the batch padding when there is one.
 
-    Six numpy calls that allocate (``cu_padded``, its copy, ``pack_tokens``, positions, ``seq_idx``, the
-    padding mask), each array written once; ``seq_start``/``seq_stop`` are int32 views of ``cu_padded``.
+    Seven numpy calls that allocate (the int64 segment ends, ``cu_padded``, its copy, ``pack_tokens``,
+    positions, ``seq_idx``, the padding mask), each array written once; ``seq_start``/``seq_stop`` are views.
 
     Args:
         sizes: ``(P,)`` sequences per pack (each >= 1). lens_list: ``(N,)`` tokens per sequence (each >= 1).
@@ -73,12 +73,13 @@ def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layou
     else:
         phys_list = lens_list
         longest_phys = longest
-    cu_padded = np.array(ends, dtype=np.int32)  # the physical segment starts, then the row's end
+    cum = np.array(ends)  # int64 (numpy's fancy indexing is several times slower with int32 indices)
+    cu_padded = cum.astype(np.int32)  # the physical segment starts, then the row's end
     cu_real = cu_padded.copy()
     if extra:
         cu_real[-1] = total
     return Layout(
-        total, width, extra, False, None, cu_padded[:n], cu_padded[1 : n + 1], cu_real, cu_padded,
+        total, width, extra, False, None, cum[:n], cum[1 : n + 1], cu_real, cu_padded,
         cu_padded.take(list(accumulate(sizes, initial=0))), aranges(phys_list), _seq_idx(phys_list), pad_mask,
         longest_phys, longest,
     )  # fmt: skip
