@@ -92,3 +92,15 @@ def test_a_side_column_of_mixed_dtypes_concatenates_promoted(pad_values, multipl
     fill = [] if multiple == 1 else [(pad_values or {}).get("mm", 0)] * 3
     assert got["mm"].dtype == torch.float64
     assert got["mm"].tolist() == [[1.0, 2.0, 0.5, 1.5, 2.5, *fill]]
+
+
+def test_positions_come_from_a_cache_that_offsets_and_long_rows_leave_intact():
+    short = [[{"input_ids": torch.arange(3)}, {"input_ids": torch.arange(2)}]]
+    shifted = assemble_batch(short, position_offset=5)
+    assert shifted["position_ids"].tolist() == [[5, 6, 7, 5, 6]]
+    assert assemble_batch(short)["position_ids"].tolist() == [[0, 1, 2, 0, 1]]  # the offset touched a copy
+    long = [[{"input_ids": torch.ones(9000, dtype=torch.int64)}], [{"input_ids": torch.ones(3, dtype=torch.int64)}]]
+    got = assemble_batch(long, pad_to_multiple_of=8)  # longer than the cached range: it grows
+    assert_same(got, reference(long, pad_to_multiple_of=8))
+    assert got["position_ids"][0, :9003].tolist() == [*range(9000), 0, 1, 2]
+    assert assemble_batch(short)["position_ids"].tolist() == [[0, 1, 2, 0, 1]]

@@ -15,8 +15,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..plan import aranges
-
 
 class Layout(NamedTuple):
     total: int  #: tokens of the packs (the batch padding excluded)
@@ -38,6 +36,30 @@ class Layout(NamedTuple):
 
 _CUMSUM = np.add.accumulate  # the ufunc: ndarray.cumsum(out=...) costs microseconds more per call
 _SEGMENTS = np.arange(1 << 12, dtype=np.int32)
+
+
+class _Ranges(dict):
+    """``{n: arange(n)}`` as views of one cached int64 arange, made on first use: the positions of a row are
+    one ``np.concatenate`` of these (a slice per segment costs more than the copy of a short one)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.base = np.arange(size, dtype=np.int64)
+
+    def __missing__(self, n: int) -> np.ndarray:
+        view = self[n] = self.base[:n]
+        return view
+
+
+_RANGES = _Ranges(1 << 12)
+
+
+def _positions(lengths: list[int], longest: int) -> np.ndarray:
+    """``(sum(lengths),)`` int64: ``concat(arange(n) for n in lengths)``, new; ``longest = max(lengths)``."""
+    global _RANGES
+    if longest > _RANGES.base.shape[0]:
+        _RANGES = _Ranges(1 << longest.bit_length())
+    return np.concatenate(list(map(_RANGES.__getitem__, lengths)))
 
 
 def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
@@ -80,8 +102,8 @@ def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layou
         cu_real[-1] = total
     return Layout(
         total, width, extra, False, None, cum[:n], cum[1 : n + 1], cu_real, cu_padded,
-        cu_padded.take(list(accumulate(sizes, initial=0))), aranges(phys_list), _seq_idx(phys_list), pad_mask,
-        longest_phys, longest,
+        cu_padded.take(list(accumulate(sizes, initial=0))), _positions(phys_list, longest_phys), _seq_idx(phys_list),
+        pad_mask, longest_phys, longest,
     )  # fmt: skip
 
 
@@ -131,7 +153,7 @@ def padded_layout(sizes: list[int], lens_list: list[int], pad_to: int | None, al
         _CUMSUM(phys, out=seg_start[1:])
         seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
     phys_list = phys.tolist()
-    positions = aranges(phys_list)
+    positions = _positions(phys_list, max(phys_list))
     if padded:
         pad_mask = positions >= real.repeat(phys)
         if extra:
