@@ -28,7 +28,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
-from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
+from ._fused_checks import labels_refused, mask_refused, next_tokens, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
 from ._options import check_fill, check_options, plain_options
 from ._pack import assemble_pack
@@ -212,13 +212,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
     if input_ids.dim() != 1:
         return None  # (1, L) or (L, k) sequences: the two-step path names them
+    seq_start = lay.seq_start
     if cpu:
         ids_np = input_ids.numpy()
         if int(_MIN(ids_np)) < 0:
             return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
+        nxt = next_tokens(ids_np, seq_start) if "labels" in cols else None  # (while ids is in cache)
     elif int(input_ids.min()) < 0:
         return None
-    seq_start = lay.seq_start
     negative = False
     if "labels" in cols:
         labels = place(cols["labels"], "labels", IGNORE_INDEX if dst is None else label_pad_id, torch.int64)
@@ -226,9 +227,10 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             return None  # (the two-step path flattens such labels)
         if cpu:
             lab_np = labels.numpy()
+            got = lab_np[seq_start]  # (right after the copy, while it is in cache)
             negative = int(_MIN(lab_np[:total] if extra else lab_np)) < 0  # none (the common case): masking adds
             # only the pad
-            if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id):
+            if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id, nxt, got):
                 return None  # the two-step path refuses it, naming the sequence and the fix
         else:
             negative = True

@@ -33,12 +33,28 @@ def labels_refused(lab: np.ndarray | torch.Tensor, pad: int) -> bool:
     return np.count_nonzero(lab < 0) != allowed
 
 
-def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop: np.ndarray, pad: int) -> bool:
+def next_tokens(ids: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``(N,)`` ``ids[start + 1]``, the token after each row's first (clipped at the end: a last 1-token row's is
+    its own, and such a row is never a candidate) — gathered right after ``ids`` is written, while it is in cache
+    (gathered later, after the labels' copy, the ``2 N`` scattered reads cost several times more)."""
+    return ids[1:].take(start, mode="clip") if ids.shape[0] > 1 else ids.take(start)
+
+
+def rows_look_shifted(
+    lab: np.ndarray,
+    ids: np.ndarray,
+    start: np.ndarray,
+    stop: np.ndarray,
+    pad: int,
+    nxt: np.ndarray | None = None,
+    got: np.ndarray | None = None,
+) -> bool:
     """Whether some ``labels``-only row looks Megatron-shifted (``labels[t] == input_ids[t+1]`` at every
     target): the two-step path's per-row check (``assemble._labels._check_hf_rows``) over the whole batch.
 
     ``lab``/``ids``: the batch's ``(T,)`` int64 labels (before boundary masking) and ids; row ``i`` is
-    ``[start[i], stop[i])``, at least one token.
+    ``[start[i], stop[i])``, at least one token; ``nxt``: :func:`next_tokens` of ``ids``, ``got``: ``lab[start]``
+    (each computed when None; the caller gathers them right after writing each column, while it is in cache).
 
     A row is cleared as soon as one of its targets (a label that is not ``pad``, before its last token) is
     not the next token. First each row's first position is tested (one gather of ``N`` labels and ``N`` ids):
@@ -58,8 +74,9 @@ def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop:
     n = start.shape[0]
     if lab.shape[0] < 2:
         return False  # one 1-token row: no target
-    got = lab[start]  # (int64 indices: numpy's fancy indexing is several times slower with int32)
-    off = got != ids[1:].take(start, mode="clip")  # the next token (clip: a last 1-token row, never a candidate)
+    if got is None:
+        got = lab[start]  # (int64 indices: numpy's fancy indexing is several times slower with int32)
+    off = got != (next_tokens(ids, start) if nxt is None else nxt)
     off &= got != pad
     if _COUNT(off) == n:
         return False
