@@ -104,3 +104,22 @@ def test_positions_come_from_a_cache_that_offsets_and_long_rows_leave_intact():
     assert_same(got, reference(long, pad_to_multiple_of=8))
     assert got["position_ids"][0, :9003].tolist() == [*range(9000), 0, 1, 2]
     assert assemble_batch(short)["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+
+
+@pytest.mark.parametrize(
+    ("first", "inner", "refused"),
+    [(-200, 2, False), (-5, 2, False), (-100, -5, True), (-200, -300, True), (7, -100, False)],
+)
+def test_negative_labels_checked_from_the_pre_mask_minimum_match_the_two_step_path(first, inner, refused):
+    """A label below the pad on a boundary (masked there) may send the batch to the two-step path, which accepts
+    it; a bad label inside a row is refused by both."""
+    packs = [[{"input_ids": torch.tensor([1, 2, 3]), "labels": torch.tensor([first, inner, 3])}]]
+    packs[0].append({"input_ids": torch.tensor([4, 5]), "labels": torch.tensor([-100, 5])})
+    if refused:
+        with pytest.raises(ValueError) as want:
+            reference(packs)
+        with pytest.raises(ValueError) as got:
+            assemble_batch(packs)
+        assert str(got.value) == str(want.value)
+    else:
+        assert_same(assemble_batch(packs), reference(packs))

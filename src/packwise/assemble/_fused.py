@@ -228,8 +228,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if cpu:
             lab_np = labels.numpy()
             got = lab_np[seq_start]  # (right after the copy, while it is in cache)
-            negative = int(_MIN(lab_np[:total] if extra else lab_np)) < 0  # none (the common case): masking adds
-            # only the pad
+            low = int(_MIN(lab_np[:total] if extra else lab_np))
+            negative = low < 0  # none (random labels): masking adds only the pad; HF labels hold -100
             if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id, nxt, got):
                 return None  # the two-step path refuses it, naming the sequence and the fix
         else:
@@ -249,7 +249,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if extra:
             labels[total:] = IGNORE_INDEX
     if negative:
-        if labels_refused(lab_np if cpu else labels, label_pad_id):
+        if labels_refused(lab_np if cpu else labels, label_pad_id, low if cpu else None):
             return None  # a negative label other than -100 and the pad: the two-step path names it
         if not cpu and bool(((labels != label_pad_id) & (labels != input_ids)).any()):
             return None  # labels that are not their own tokens: the two-step path checks their convention

@@ -16,13 +16,20 @@ from ..constants import IGNORE_INDEX
 _COUNT = np.count_nonzero  # (faster than logical_and.reduce or .all() on a few elements)
 
 
-def labels_refused(lab: np.ndarray | torch.Tensor, pad: int) -> bool:
+def labels_refused(lab: np.ndarray | torch.Tensor, pad: int, low: int | None = None) -> bool:
     """Whether some label is a negative other than -100 and ``pad`` (``assemble._columns.validate_values``:
     a label is -100, the label pad or a token id). ``lab``: the batch's ``(T,)`` labels after boundary
-    masking (the two-step path checks them after it too), padding included (it holds allowed values)."""
+    masking (the two-step path checks them after it too), padding included (it holds allowed values).
+    ``low``: the labels' minimum *before* masking, when the caller has it (a pass saved): the minimum after
+    it is no lower than ``min(low, pad)`` (masking writes only ``pad`` and -100, which are allowed), so a
+    ``low`` outside the allowed values at worst refuses a batch whose only such label sat on a boundary —
+    which the two-step path then accepts — and never accepts a refused one."""
     if isinstance(lab, torch.Tensor):  # another device: torch ops, one test
         return bool(((lab < 0) & (lab != IGNORE_INDEX) & (lab != pad)).any())
-    low = int(lab.min()) if lab.shape[0] else 0
+    if low is None:
+        low = int(lab.min()) if lab.shape[0] else 0
+    else:
+        low = min(low, pad)
     if low >= 0:
         return False  # no negative label at all: one pass
     if low not in (IGNORE_INDEX, pad):
