@@ -151,8 +151,9 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     # (Tensor.numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts; the
     # dimensions are checked on each concatenation: a mix raises, and 2-D sequences give a 2-D column)
     order = ["input_ids", "labels", *names] if "labels" in keys else ["input_ids", *names]
-    # every column's tensors in one pass over the sequences (KeyError: a sequence lacks one of sequence 0's keys)
-    cols = list(zip(*map(itemgetter(*order), seqs))) if len(order) > 1 else [list(map(_INPUT_IDS, seqs))]
+    # each column's tensors (KeyError: a sequence lacks one of sequence 0's keys); a map per column makes one
+    # list each, where one pass and a transposition would make a tuple per sequence for the collector to scan
+    cols = [list(map(itemgetter(name), seqs)) for name in order]
     ids = cols[0]
     lens_list = list(map(_NUMEL, ids))
     if min(lens_list) < 1:
@@ -288,7 +289,6 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     return batch
 
 
-_INPUT_IDS = itemgetter("input_ids")
 _NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
 _EMPTY = frozenset()
