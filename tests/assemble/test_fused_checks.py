@@ -123,3 +123,13 @@ def test_negative_labels_checked_from_the_pre_mask_minimum_match_the_two_step_pa
         assert str(got.value) == str(want.value)
     else:
         assert_same(assemble_batch(packs), reference(packs))
+
+
+def test_the_cache_of_position_ranges_is_bounded(monkeypatch):
+    import packwise.assemble._fused_layout as layout
+
+    monkeypatch.setattr(layout, "_MAX_VIEWS", 3)
+    monkeypatch.setattr(layout, "_RANGES", layout._Ranges(16))
+    got = layout._positions([5, 1, 4, 2, 3, 5], 5)
+    assert got.tolist() == [0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 0, 1, 0, 1, 2, 0, 1, 2, 3, 4]
+    assert sorted(layout._RANGES) == [1, 4, 5]

@@ -47,8 +47,13 @@ class _Ranges(dict):
         self.base = np.arange(size, dtype=np.int64)
 
     def __missing__(self, n: int) -> np.ndarray:
-        view = self[n] = self.base[:n]
+        view = self.base[:n]
+        if len(self) < _MAX_VIEWS:  # (bounded: long-context data has many distinct lengths)
+            self[n] = view
         return view
+
+
+_MAX_VIEWS = 1 << 14  # ~2 MB of views at most
 
 
 _RANGES = _Ranges(1 << 12)
