@@ -1,10 +1,13 @@
 """Assembly benchmark: batch tensors from sequences vs a bare torch.cat of the same columns, one core, one run.
 
-    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--json] [--quick]
+    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--labels random|hf] [--json] [--quick]
 
 Chitchat-like packs: lognormal(6.1, 1.1) lengths clipped to [1, 4096] (chitchat conversations under qwen2.5:
 median 412, mean 884 tokens), planned with BFD at capacity 4096. Each sequence carries ``input_ids``,
-``labels`` and one side column (``mm_token_type_ids``). Baselines, timed interleaved with the paths:
+``labels`` and one side column (``mm_token_type_ids``). Labels are random token ids (default; no label is
+negative, so the fused path's negative-label check stops after one ``min``) or, with ``--labels hf``, the
+tokens themselves with -100 on each sequence's first third (prompt-masked SFT labels: the check reads them
+twice more). Tensors come from seeded generators. Baselines, timed interleaved with the paths:
 
 - ``torch.cat`` of the same three tensors per pack (the least a pack assembler must do);
 - ``torch.cat`` of the same three tensors per *batch* (the least a batch assembler must do; stricter).
@@ -35,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packs", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--labels", choices=("random", "hf"), default="random", help="random token ids, or HF SFT labels")
     add_common(ap)
     args = ap.parse_args()
     if args.quick:
@@ -44,18 +48,18 @@ def main() -> None:
     rng = np.random.default_rng(0)
     lengths = np.clip(np.rint(rng.lognormal(6.1, 1.1, args.packs * 6)), 1, 4096).astype(np.int64)
     plan = plan_packs(lengths, capacity=4096)
-    packs = []
-    for members in plan.packs()[: args.packs]:
-        packs.append(
-            [
-                {
-                    "input_ids": torch.randint(0, 150_000, (int(lengths[i]),)),
-                    "labels": torch.randint(0, 150_000, (int(lengths[i]),)),
-                    "mm_token_type_ids": torch.zeros(int(lengths[i]), dtype=torch.int64),
-                }
-                for i in members.tolist()
-            ]
-        )
+    torch.manual_seed(0)
+
+    def sequence(n: int) -> dict:
+        ids = torch.randint(0, 150_000, (n,))
+        if args.labels == "hf":
+            labels = ids.clone()
+            labels[: n // 3] = -100
+        else:
+            labels = torch.randint(0, 150_000, (n,))
+        return {"input_ids": ids, "labels": labels, "mm_token_type_ids": torch.zeros(n, dtype=torch.int64)}
+
+    packs = [[sequence(int(lengths[i])) for i in members.tolist()] for members in plan.packs()[: args.packs]]
     tokens = sum(int(lengths[m].sum()) for m in plan.packs()[: args.packs])
     batches = [packs[b : b + args.batch] for b in range(0, len(packs), args.batch)]
     keys = ("input_ids", "labels", "mm_token_type_ids")
@@ -100,7 +104,8 @@ def main() -> None:
     t = interleaved({name: on_cpu(name, fn) for name, fn in fns.items()}, args.repeat)
     rep.say(
         f"{len(packs)} packs, {tokens:,} tokens, {tokens / len(packs):.0f} tokens and "
-        f"{sum(len(p) for p in packs) / len(packs):.1f} sequences per pack, batches of {args.batch}, 1 thread; "
+        f"{sum(len(p) for p in packs) / len(packs):.1f} sequences per pack, batches of {args.batch}, "
+        f"{args.labels} labels, 1 thread; "
         f"medians of {args.repeat} interleaved repeats"
     )
     base = t["cat_per_pack"]["median"]

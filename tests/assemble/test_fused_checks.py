@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packwise.assemble import assemble_batch
-from packwise.assemble._fused_checks import _rows_look_shifted_exact, rows_look_shifted
+from packwise.assemble._fused_checks import _rows_look_shifted_exact, labels_refused, rows_look_shifted
 from packwise.assemble._options import check_options, plain_options
 
 from .test_fused import assert_same, reference
@@ -133,3 +133,17 @@ def test_the_cache_of_position_ranges_is_bounded(monkeypatch):
     got = layout._positions([5, 1, 4, 2, 3, 5], 5)
     assert got.tolist() == [0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 0, 1, 0, 1, 2, 0, 1, 2, 3, 4]
     assert sorted(layout._RANGES) == [1, 4, 5]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    values=st.lists(st.sampled_from([-300, -101, -100, -99, -2, -1, 0, 1, 5, 2**62]), min_size=1, max_size=12),
+    pad=st.sampled_from([-100, -1, -2, -300]),
+)
+def test_negative_label_check_is_exact(values, pad):
+    """The one-pass largest-negative test and the counts answer exactly "some negative label is neither -100 nor
+    the pad", whether the caller passes the minimum or not."""
+    lab = np.array(values, dtype=np.int64)
+    want = any(v < 0 and v not in (-100, pad) for v in values)
+    assert labels_refused(lab, pad) == want
+    assert labels_refused(lab, pad, min(values)) == want

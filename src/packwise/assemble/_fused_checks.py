@@ -13,6 +13,7 @@ import torch
 
 from ..constants import IGNORE_INDEX
 
+_MAX = np.maximum.reduce
 _COUNT = np.count_nonzero  # (faster than logical_and.reduce or .all() on a few elements)
 
 
@@ -34,6 +35,14 @@ def labels_refused(lab: np.ndarray | torch.Tensor, pad: int, low: int | None = N
         return False  # no negative label at all: one pass
     if low not in (IGNORE_INDEX, pad):
         return True
+    # the largest negative label in one pass: as uint64, negatives are the largest values (two's complement)
+    top = int(_MAX(lab.view(np.uint64))) if lab.dtype == np.int64 else 0
+    if top >= 1 << 63:
+        high = top - (1 << 64)
+        if high not in (IGNORE_INDEX, pad):
+            return True  # a negative label that is neither: present (after masking), refused
+        if high == low:
+            return False  # every negative label is the one allowed value (pad -100: HF labels), two passes
     allowed = np.count_nonzero(lab == IGNORE_INDEX)
     if pad < 0 and pad != IGNORE_INDEX:
         allowed += np.count_nonzero(lab == pad)
