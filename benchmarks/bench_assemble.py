@@ -1,21 +1,30 @@
 """Assembly benchmark: batch tensors from sequences vs a bare torch.cat of the same columns, one core, one run.
 
-    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--json] [--quick]
+    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--labels random|hf] [--json] [--quick]
 
 Chitchat-like packs: lognormal(6.1, 1.1) lengths clipped to [1, 4096] (chitchat conversations under qwen2.5:
 median 412, mean 884 tokens), planned with BFD at capacity 4096. Each sequence carries ``input_ids``,
-``labels`` and one side column (``mm_token_type_ids``). Baselines, timed interleaved with the paths:
+``labels`` and one side column (``mm_token_type_ids``). Labels are random token ids (default; no label is
+negative, so the fused path's negative-label check stops after one ``min``) or, with ``--labels hf``, the
+tokens themselves with -100 on each sequence's first third (prompt-masked SFT labels: the check reads them
+twice more). Tensors come from seeded generators. Baselines, timed interleaved with the paths:
 
 - ``torch.cat`` of the same three tensors per pack (the least a pack assembler must do);
 - ``torch.cat`` of the same three tensors per *batch* (the least a batch assembler must do; stricter).
 
 Paths: ``assemble_pack`` + ``collate_packs`` (two steps, two copies of every column) and, when present,
 ``assemble_batch`` (one fused step). Targets: fused ≥ 0.5× the per-pack cat and ≥ 100 M tokens/s.
+
+Every path is timed twice in each run: wall clock (the harness) and this thread's CPU time
+(``time.thread_time``), which a shared machine's preemption does not inflate; the CPU-time ratios are the
+median of the per-repeat ratios (each repeat times every path back to back), with their spread.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 import numpy as np
 import torch
@@ -29,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packs", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--labels", choices=("random", "hf"), default="random", help="random token ids, or HF SFT labels")
     add_common(ap)
     args = ap.parse_args()
     if args.quick:
@@ -38,18 +48,18 @@ def main() -> None:
     rng = np.random.default_rng(0)
     lengths = np.clip(np.rint(rng.lognormal(6.1, 1.1, args.packs * 6)), 1, 4096).astype(np.int64)
     plan = plan_packs(lengths, capacity=4096)
-    packs = []
-    for members in plan.packs()[: args.packs]:
-        packs.append(
-            [
-                {
-                    "input_ids": torch.randint(0, 150_000, (int(lengths[i]),)),
-                    "labels": torch.randint(0, 150_000, (int(lengths[i]),)),
-                    "mm_token_type_ids": torch.zeros(int(lengths[i]), dtype=torch.int64),
-                }
-                for i in members.tolist()
-            ]
-        )
+    torch.manual_seed(0)
+
+    def sequence(n: int) -> dict:
+        ids = torch.randint(0, 150_000, (n,))
+        if args.labels == "hf":
+            labels = ids.clone()
+            labels[: n // 3] = -100
+        else:
+            labels = torch.randint(0, 150_000, (n,))
+        return {"input_ids": ids, "labels": labels, "mm_token_type_ids": torch.zeros(n, dtype=torch.int64)}
+
+    packs = [[sequence(int(lengths[i])) for i in members.tolist()] for members in plan.packs()[: args.packs]]
     tokens = sum(int(lengths[m].sum()) for m in plan.packs()[: args.packs])
     batches = [packs[b : b + args.batch] for b in range(0, len(packs), args.batch)]
     keys = ("input_ids", "labels", "mm_token_type_ids")
@@ -81,10 +91,21 @@ def main() -> None:
         covered = sum(fused(batch)["total_tokens"] for batch in batches)
         if covered != tokens:
             raise SystemExit(f"assemble_batch covered {covered:,} tokens, the packs hold {tokens:,}")
-    t = interleaved(fns, args.repeat)
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+
+    def on_cpu(name, fn):
+        def timed():
+            start = time.thread_time()
+            fn()
+            cpu[name].append(time.thread_time() - start)
+
+        return timed
+
+    t = interleaved({name: on_cpu(name, fn) for name, fn in fns.items()}, args.repeat)
     rep.say(
         f"{len(packs)} packs, {tokens:,} tokens, {tokens / len(packs):.0f} tokens and "
-        f"{sum(len(p) for p in packs) / len(packs):.1f} sequences per pack, batches of {args.batch}, 1 thread; "
+        f"{sum(len(p) for p in packs) / len(packs):.1f} sequences per pack, batches of {args.batch}, "
+        f"{args.labels} labels, 1 thread; "
         f"medians of {args.repeat} interleaved repeats"
     )
     base = t["cat_per_pack"]["median"]
@@ -124,6 +145,28 @@ def main() -> None:
             t["assemble_pack+collate_packs"]["median"] / t["assemble_batch"]["median"],
             unit="×",
         )
+        ratios = sorted(c / f for c, f in zip(cpu["cat_per_pack"], cpu["assemble_batch"]))
+        rates = sorted(tokens / x / 1e6 for x in cpu["assemble_batch"])
+        rep.figure(
+            "assemble_batch vs cat per pack (CPU time)",
+            statistics.median(rates),
+            unit="M tokens/s",
+            baseline="cat_per_pack M tokens/s (CPU time)",
+            baseline_value=tokens / statistics.median(cpu["cat_per_pack"]) / 1e6,
+            ratio=statistics.median(ratios),
+            ratio_means="median over repeats of cat time / assemble_batch time, this thread's CPU time",
+            target=">= 0.5",
+            spread=(rates[0], rates[-1]),
+        )
+        rep.figure(
+            "assemble_batch throughput (CPU time)",
+            statistics.median(rates),
+            unit="M tokens/s",
+            target=">= 100",
+            ratio_means="absolute",
+            spread=(rates[0], rates[-1]),
+        )
+        rep.note(f"assemble_batch × cat per pack, CPU time, per repeat: {', '.join(f'{r:.3f}' for r in ratios)}")
     else:
         rep.note("assemble_batch: not present in this packwise (fused path not built)")
     rep.finish()

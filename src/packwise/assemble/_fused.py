@@ -28,9 +28,9 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
-from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
+from ._fused_checks import labels_refused, mask_refused, next_tokens, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
-from ._options import check_fill, check_options
+from ._options import check_fill, check_options, plain_options
 from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
@@ -82,7 +82,7 @@ def assemble_batch(
         >>> b["input_ids"].tolist(), b["labels"].tolist(), b["position_ids"].tolist(), b["cu_seqlens"].tolist()
         ([[1, 2, 3, 4, 5]], [[-100, 2, 3, -100, 5]], [[0, 1, 2, 0, 1]], [0, 3, 5])
     """
-    if not isinstance(packs, Sequence):  # a generator: read once, for the fast path and its fallback alike
+    if type(packs) is not list and not isinstance(packs, Sequence):  # a generator: read once, for both paths
         try:
             packs = list(packs)
         except TypeError:
@@ -95,10 +95,9 @@ def assemble_batch(
     if layout == "thd" and not labels_shifted:
         try:
             out = _fast_thd(
-                packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset,
-                pad_to_multiple_of,
-            )  # fmt: skip
-        except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError):
+                packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, position_offset, pad_to_multiple_of
+            )
+        except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError, OverflowError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
         return out
@@ -119,7 +118,7 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, shifted, offset, multiple):
+def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, offset, multiple):
     """The batch (in ``collate_packs``' key order), or None when the input is outside the common case or the
     two-step path would refuse it (the caller then takes the two-step path, which decides and names it).
 
@@ -130,10 +129,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         return None
     if pad_to is not None and not _is_int(pad_to):
         return None
-    # the option checks of assemble_pack: a refusal (ValueError, TypeError) sends the batch to the two-step path
-    pad_values = check_options(
-        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=offset, pad_values=pad_values
-    )
+    # the option checks of assemble_pack (the common options in a few comparisons): a refusal (ValueError,
+    # TypeError) sends the batch to the two-step path
+    if plain_options(pad_token_id, label_pad_id, offset, pad_values):
+        pad_values = {}
+    else:
+        pad_values = check_options(
+            pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=offset, pad_values=pad_values
+        )
     sizes = list(map(len, packs))
     seqs = list(chain.from_iterable(packs))
     if not seqs or min(sizes) == 0:
@@ -147,25 +150,30 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     # -- validation, once per column over the whole batch ------------------------------------------------
     # (Tensor.numel/dtype through map: TypeError for lists and arrays, whom the two-step path converts; the
     # dimensions are checked on each concatenation: a mix raises, and 2-D sequences give a 2-D column)
-    ids = list(map(_INPUT_IDS, seqs))
+    order = ["input_ids", "labels", *names] if "labels" in keys else ["input_ids", *names]
+    # each column's tensors (KeyError: a sequence lacks one of sequence 0's keys); a map per column makes one
+    # list each, where one pass and a transposition would make a tuple per sequence for the collector to scan
+    cols = [list(map(itemgetter(name), seqs)) for name in order]
+    ids = cols[0]
     lens_list = list(map(_NUMEL, ids))
     if min(lens_list) < 1:
         return None  # a 0-token sequence: the two-step path names it
-    dtypes = {"input_ids": set(map(_DTYPE, ids))}
-    cols = {}
-    for name in (["labels"] if "labels" in keys else []) + names:
-        col = list(map(itemgetter(name), seqs))
-        if list(map(_NUMEL, col)) != lens_list:
+    dtypes = {}
+    for name, col in zip(order, cols):
+        if col is not ids and list(map(_NUMEL, col)) != lens_list:
             return None  # lengths that differ (or trailing dimensions): the two-step path names them
-        cols[name] = col
-        dtypes[name] = set(map(_DTYPE, col))
-        if name in pad_values:
-            for dtype in dtypes[name]:  # as assemble_pack: the pad value fits the column in every sequence
-                check_fill(pad_values[name], dtype, name)
-    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", set()).isdisjoint(_NOT_IDS):
+        if name in _ROW_KEYS:
+            dtypes[name] = set(map(_DTYPE, col))
+        elif name in pad_values:  # (a side column's dtypes matter only for its pad value; a mix concatenates to
+            # the promoted dtype, as the two-step path's two concatenations do, padding included)
+            for dtype in dtypes.setdefault(name, set(map(_DTYPE, col))):  # as assemble_pack: the pad value fits
+                check_fill(pad_values[name], dtype, name)  # the column in every sequence
+    cols = dict(zip(order, cols))
+    if not dtypes["input_ids"].isdisjoint(_NOT_IDS) or not dtypes.get("labels", _EMPTY).isdisjoint(_NOT_IDS):
         return None  # float or bool ids/labels: the two-step path refuses them
-    device = ids[0].device
-    cpu = ids[0].is_cpu
+    first = ids[0]
+    cpu = first.is_cpu
+    device = first.device
     if alignment == 1 and pad_to is None:
         lay = plain_layout(sizes, lens_list, multiple)
     else:
@@ -178,7 +186,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
         """One column of the row: the sequences' chunks, concatenated once, padding included."""
-        if dst is None and (dtype is None or dtypes[name] == {dtype}) and len(dtypes[name]) == 1:
+        kinds = dtypes.get(name)
+        if dst is None and (kinds is None or (len(kinds) == 1 and (dtype is None or dtype in kinds))):
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
             out = torch.cat(chunks)
@@ -204,10 +213,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     input_ids = place(ids, "input_ids", pad_token_id, torch.int64)
     if input_ids.dim() != 1:
         return None  # (1, L) or (L, k) sequences: the two-step path names them
-    ids_np = input_ids.numpy() if cpu else None
-    if (int(_MIN(ids_np)) if cpu else int(input_ids.min())) < 0:
-        return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
     seq_start = lay.seq_start
+    if cpu:
+        ids_np = input_ids.numpy()
+        if int(_MIN(ids_np)) < 0:
+            return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
+        nxt = next_tokens(ids_np, seq_start) if "labels" in cols else None  # (while ids is in cache)
+    elif int(input_ids.min()) < 0:
+        return None
     negative = False
     if "labels" in cols:
         labels = place(cols["labels"], "labels", IGNORE_INDEX if dst is None else label_pad_id, torch.int64)
@@ -215,27 +228,29 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             return None  # (the two-step path flattens such labels)
         if cpu:
             lab_np = labels.numpy()
-            negative = int(_MIN(lab_np[:total])) < 0  # none (the common case): masking adds only the pad
-            if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id):
+            got = lab_np[seq_start]  # (right after the copy, while it is in cache)
+            low = int(_MIN(lab_np[:total] if extra else lab_np))
+            negative = low < 0  # none (random labels): masking adds only the pad; HF labels hold -100
+            if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id, nxt, got):
                 return None  # the two-step path refuses it, naming the sequence and the fix
         else:
             negative = True
     else:
-        labels = torch.roll(input_ids, -1) if shifted else input_ids.clone()
+        labels = input_ids.clone()
         if lay.padded or extra:
             labels[torch.from_numpy(lay.pad_mask).to(device)] = label_pad_id
-    boundary = lay.seq_stop - 1 if shifted else seq_start
+        if cpu:
+            lab_np = labels.numpy()
     if cpu:
-        lab_np = labels.numpy()
-        lab_np[boundary] = label_pad_id
+        lab_np[seq_start] = label_pad_id  # the boundaries
         if extra:
             lab_np[total:] = IGNORE_INDEX
     else:
-        labels[torch.from_numpy(boundary).to(device)] = label_pad_id
+        labels[torch.from_numpy(seq_start).to(device)] = label_pad_id
         if extra:
             labels[total:] = IGNORE_INDEX
     if negative:
-        if labels_refused(lab_np if cpu else labels, label_pad_id):
+        if labels_refused(lab_np if cpu else labels, label_pad_id, low if cpu else None):
             return None  # a negative label other than -100 and the pad: the two-step path names it
         if not cpu and bool(((labels != label_pad_id) & (labels != input_ids)).any()):
             return None  # labels that are not their own tokens: the two-step path checks their convention
@@ -245,15 +260,14 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if extra:
             positions[total:] -= offset  # collate_packs' batch padding counts from 0
     row = _row if cpu else partial(_row_on, device=device)
-    batch = {"labels": labels.unsqueeze(0), "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
-    pad_values = pad_values or {}
+    batch = {"labels": labels[None], "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
     for name in names:
         column = place(cols[name], name, pad_values.get(name, 0), None)
         if column.dim() != 1:
             return None  # per-token (L, k) columns: the two-step path pads them
         if name == "attention_mask" and mask_refused(column[:total] if dst is None else column[dst]):
             return None  # padded sequences: the two-step path refuses them
-        batch[name] = column.unsqueeze(0)
+        batch[name] = column[None]
     cu_padded = _from(lay.cu_padded) if cpu else _from(lay.cu_padded).to(device)
     batch.update(
         seq_idx=row(lay.seq_idx),
@@ -269,15 +283,15 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         cu_pack_tokens=_from(lay.pack_tokens),
         total_tokens=width,
         layout="thd",
-        input_ids=input_ids.unsqueeze(0),
+        input_ids=input_ids[None],
         labels_shifted=False,
     )
     return batch
 
 
-_INPUT_IDS = itemgetter("input_ids")
 _NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
+_EMPTY = frozenset()
 _MIN = np.minimum.reduce
 _from = torch.from_numpy
 

@@ -3,7 +3,7 @@
 Each one answers *whether* the two-step path would refuse the batch; the caller then hands the batch to
 the two-step path, which raises with its message (naming the sequence, the position, the value and the
 fix). A check reads the batch's ``(T,)`` columns once or twice, and the label-convention check first
-looks at three positions per row: a sufficient statistic that clears almost every real batch.
+looks at one or two positions per row: a sufficient statistic that clears almost every real batch.
 """
 
 from __future__ import annotations
@@ -13,46 +13,94 @@ import torch
 
 from ..constants import IGNORE_INDEX
 
-_ALL = np.logical_and.reduce
+_MAX = np.maximum.reduce
+_COUNT = np.count_nonzero  # (faster than logical_and.reduce or .all() on a few elements)
 
 
-def labels_refused(lab: np.ndarray | torch.Tensor, pad: int) -> bool:
+def labels_refused(lab: np.ndarray | torch.Tensor, pad: int, low: int | None = None) -> bool:
     """Whether some label is a negative other than -100 and ``pad`` (``assemble._columns.validate_values``:
     a label is -100, the label pad or a token id). ``lab``: the batch's ``(T,)`` labels after boundary
-    masking (the two-step path checks them after it too), padding included (it holds allowed values)."""
+    masking (the two-step path checks them after it too), padding included (it holds allowed values).
+    ``low``: the labels' minimum *before* masking, when the caller has it (a pass saved): the minimum after
+    it is no lower than ``min(low, pad)`` (masking writes only ``pad`` and -100, which are allowed), so a
+    ``low`` outside the allowed values at worst refuses a batch whose only such label sat on a boundary —
+    which the two-step path then accepts — and never accepts a refused one."""
     if isinstance(lab, torch.Tensor):  # another device: torch ops, one test
         return bool(((lab < 0) & (lab != IGNORE_INDEX) & (lab != pad)).any())
-    low = int(lab.min()) if lab.shape[0] else 0
+    if low is None:
+        low = int(lab.min()) if lab.shape[0] else 0
+    else:
+        low = min(low, pad)
     if low >= 0:
         return False  # no negative label at all: one pass
     if low not in (IGNORE_INDEX, pad):
         return True
+    # the largest negative label in one pass: as uint64, negatives are the largest values (two's complement)
+    top = int(_MAX(lab.view(np.uint64))) if lab.dtype == np.int64 else 0
+    if top >= 1 << 63:
+        high = top - (1 << 64)
+        if high not in (IGNORE_INDEX, pad):
+            return True  # a negative label that is neither: present (after masking), refused
+        if high == low:
+            return False  # every negative label is the one allowed value (pad -100: HF labels), two passes
     allowed = np.count_nonzero(lab == IGNORE_INDEX)
     if pad < 0 and pad != IGNORE_INDEX:
         allowed += np.count_nonzero(lab == pad)
     return np.count_nonzero(lab < 0) != allowed
 
 
-def rows_look_shifted(lab: np.ndarray, ids: np.ndarray, start: np.ndarray, stop: np.ndarray, pad: int) -> bool:
+def next_tokens(ids: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``(N,)`` ``ids[start + 1]``, the token after each row's first (clipped at the end: a last 1-token row's is
+    its own, and such a row is never a candidate) — gathered right after ``ids`` is written, while it is in cache
+    (gathered later, after the labels' copy, the ``2 N`` scattered reads cost several times more)."""
+    return ids[1:].take(start, mode="clip") if ids.shape[0] > 1 else ids.take(start)
+
+
+def rows_look_shifted(
+    lab: np.ndarray,
+    ids: np.ndarray,
+    start: np.ndarray,
+    stop: np.ndarray,
+    pad: int,
+    nxt: np.ndarray | None = None,
+    got: np.ndarray | None = None,
+) -> bool:
     """Whether some ``labels``-only row looks Megatron-shifted (``labels[t] == input_ids[t+1]`` at every
     target): the two-step path's per-row check (``assemble._labels._check_hf_rows``) over the whole batch.
 
     ``lab``/``ids``: the batch's ``(T,)`` int64 labels (before boundary masking) and ids; row ``i`` is
-    ``[start[i], stop[i])``, at least one token.
+    ``[start[i], stop[i])``, at least one token; ``nxt``: :func:`next_tokens` of ``ids``, ``got``: ``lab[start]``
+    (each computed when None; the caller gathers them right after writing each column, while it is in cache).
 
     A row is cleared as soon as one of its targets (a label that is not ``pad``, before its last token) is
-    not the next token. First each row's first and second-to-last positions are tested — two gathers of
-    ``2 N`` elements: random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and prompt-masked
-    HF labels (the reply ends the row) clear there. Only when some row is left does the exact test read the
-    whole batch (:func:`_rows_look_shifted_exact`)."""
+    not the next token. First each row's first position is tested (one gather of ``N`` labels and ``N`` ids):
+    random labels and HF labels (the token itself, ``ids[t] != ids[t+1]``) clear there; a 1-token row has no
+    target and is never shifted, so clearing it on its neighbour's token is right. Rows left (prompt-masked
+    HF labels: their first label is the pad) are probed at their second-to-last position, where the reply
+    ends; only when some row is still left does the exact test read the whole batch
+    (:func:`_rows_look_shifted_exact`).
+
+    Example:
+        >>> ids = np.array([5, 6, 7, 8]); start, stop = np.array([0]), np.array([4])
+        >>> rows_look_shifted(np.array([6, 7, 8, -100]), ids, start, stop, -100)  # labels[t] == ids[t + 1]
+        True
+        >>> rows_look_shifted(ids.copy(), ids, start, stop, -100)  # HF labels: the token itself
+        False
+    """
     n = start.shape[0]
-    last = stop - 2  # the row's last position that has a next token (start - 1 for a 1-token row)
-    probe = np.concatenate((np.minimum(start, last), last))  # a 1-token row probes start - 1 >= -1: in bounds,
-    got = lab[probe]  # and it is never a candidate, whatever its probes say
-    probe += 1
-    off = got != ids[probe]
+    if lab.shape[0] < 2:
+        return False  # one 1-token row: no target
+    if got is None:
+        got = lab[start]  # (int64 indices: numpy's fancy indexing is several times slower with int32)
+    off = got != (next_tokens(ids, start) if nxt is None else nxt)
     off &= got != pad
-    if _ALL(off[:n] | off[n:]):
+    if _COUNT(off) == n:
+        return False
+    last = stop[~off] - 2  # the left rows' last position with a next token (start - 1 for a 1-token row: its
+    got = lab[last]  # probe lands on the previous row, and the row is cleared or left to the exact test, both right)
+    off = got != ids[last + 1]
+    off &= got != pad
+    if _COUNT(off) == last.shape[0]:
         return False
     return _rows_look_shifted_exact(lab, ids, start, stop - start, pad)
 

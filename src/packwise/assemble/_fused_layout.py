@@ -15,8 +15,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..plan import aranges
-
 
 class Layout(NamedTuple):
     total: int  #: tokens of the packs (the batch padding excluded)
@@ -40,6 +38,35 @@ _CUMSUM = np.add.accumulate  # the ufunc: ndarray.cumsum(out=...) costs microsec
 _SEGMENTS = np.arange(1 << 12, dtype=np.int32)
 
 
+class _Ranges(dict):
+    """``{n: arange(n)}`` as views of one cached int64 arange, made on first use: the positions of a row are
+    one ``np.concatenate`` of these (a slice per segment costs more than the copy of a short one)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.base = np.arange(size, dtype=np.int64)
+
+    def __missing__(self, n: int) -> np.ndarray:
+        view = self.base[:n]
+        if len(self) < _MAX_VIEWS:  # (bounded: long-context data has many distinct lengths)
+            self[n] = view
+        return view
+
+
+_MAX_VIEWS = 1 << 14  # ~2 MB of views at most
+
+
+_RANGES = _Ranges(1 << 12)
+
+
+def _positions(lengths: list[int], longest: int) -> np.ndarray:
+    """``(sum(lengths),)`` int64: ``concat(arange(n) for n in lengths)``, new; ``longest = max(lengths)``."""
+    global _RANGES
+    if longest > _RANGES.base.shape[0]:
+        _RANGES = _Ranges(1 << longest.bit_length())
+    return np.concatenate(list(map(_RANGES.__getitem__, lengths)))
+
+
 def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
     """``(T,)`` int32: segment ``i`` repeated ``counts[i]`` times."""
     global _SEGMENTS
@@ -52,6 +79,9 @@ def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:
 def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layout:
     """No alignment, no ``pad_to``: the segments are the sequences, then the batch padding when there is one.
 
+    Seven numpy calls that allocate (the int64 segment ends, ``cu_padded``, its copy, ``pack_tokens``,
+    positions, ``seq_idx``, the padding mask), each array written once; ``seq_start``/``seq_stop`` are views.
+
     Args:
         sizes: ``(P,)`` sequences per pack (each >= 1). lens_list: ``(N,)`` tokens per sequence (each >= 1).
         multiple: ``pad_to_multiple_of``."""
@@ -60,23 +90,25 @@ def plain_layout(sizes: list[int], lens_list: list[int], multiple: int) -> Layou
     total = ends[-1]
     extra = -total % multiple
     width = total + extra
+    longest = max(lens_list)
+    pad_mask = np.zeros(width, dtype=bool)
     if extra:
         ends.append(width)  # the batch padding: one more segment, real length 0
         phys_list = [*lens_list, extra]
+        pad_mask[total:] = True
+        longest_phys = max(longest, extra)
     else:
         phys_list = lens_list
-    cum = np.array(ends, dtype=np.int64)  # the physical segment starts, then the row's end
-    cu_padded = cum.astype(np.int32)
+        longest_phys = longest
+    cum = np.array(ends)  # int64 (numpy's fancy indexing is several times slower with int32 indices)
+    cu_padded = cum.astype(np.int32)  # the physical segment starts, then the row's end
     cu_real = cu_padded.copy()
-    pad_mask = np.zeros(width, dtype=bool)
     if extra:
         cu_real[-1] = total
-        pad_mask[total:] = True
-    longest = max(lens_list)
     return Layout(
         total, width, extra, False, None, cum[:n], cum[1 : n + 1], cu_real, cu_padded,
-        cu_padded.take(list(accumulate(sizes, initial=0))), aranges(phys_list), _seq_idx(phys_list), pad_mask,
-        max(longest, extra), longest,
+        cu_padded.take(list(accumulate(sizes, initial=0))), _positions(phys_list, longest_phys), _seq_idx(phys_list),
+        pad_mask, longest_phys, longest,
     )  # fmt: skip
 
 
@@ -126,7 +158,7 @@ def padded_layout(sizes: list[int], lens_list: list[int], pad_to: int | None, al
         _CUMSUM(phys, out=seg_start[1:])
         seq_start = seg_start[:-1][:m][is_seq]  # batch offset of every sequence
     phys_list = phys.tolist()
-    positions = aranges(phys_list)
+    positions = _positions(phys_list, max(phys_list))
     if padded:
         pad_mask = positions >= real.repeat(phys)
         if extra:

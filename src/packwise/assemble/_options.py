@@ -128,3 +128,26 @@ def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values) ->
         )
     check_int(position_offset, "position_offset")
     return check_pad_values(pad_values, pad_token_id)
+
+
+_LOW, _HIGH = _INT64
+
+
+def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bool:
+    """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64,
+    a negative ``label_pad_id``, no ``pad_values`` — decided in a few comparisons (the fused path's per-batch
+    fast check; anything else goes through :func:`check_options`).
+
+    Example:
+        >>> plain_options(0, -100, 0, None), plain_options(0, 5, 0, None), plain_options(0, -100, 0, {})
+        (True, False, False)
+    """
+    return (
+        pad_values is None
+        and type(pad_token_id) is int
+        and type(label_pad_id) is int
+        and type(position_offset) is int
+        and _LOW <= pad_token_id <= _HIGH
+        and _LOW <= label_pad_id < 0
+        and _LOW <= position_offset <= _HIGH
+    )
