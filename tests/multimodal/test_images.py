@@ -230,3 +230,23 @@ def test_image_tokens_never_carry_loss(images):
     ids, labels = (np.asarray(table.column(c).to_pylist()[0]) for c in ("input_ids", "labels"))
     assert (ids == PAD).sum() > 0 and (labels[ids == PAD] == -100).all()
     assert (labels != -100).sum() > 0  # the text of the reply still trains
+
+
+def test_the_image_processor_is_the_pil_backend_without_a_torchvision_warning(capsys):
+    """transformers 5 warns 'requires torchvision ... Install torchvision' when the default class is asked for
+    without it; packwise asks for the PIL backend by name (the class the fallback gives anyway)."""
+    import io
+    import logging
+
+    from packwise.multimodal._images import VisionSpec
+
+    logging.Logger.warning_once.cache_clear()  # transformers warns once per process: let an earlier test not hide it
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        proc = VisionSpec().processor()
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert type(proc).__name__ == "Qwen2VLImageProcessorPil"
+    assert "torchvision" not in buf.getvalue() + capsys.readouterr().err

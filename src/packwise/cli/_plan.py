@@ -185,7 +185,7 @@ def plan_table(source: str, result: dict):
             )  # fmt: skip
         t.add_section()
     notes = [
-        f"capacity {k['capacity']:,}: {k['sequences']:,} sequences over it clipped ({k['tokens_cut']:,} tokens cut)"
+        f"capacity {k['capacity']:,}: {k['sequences']:,} sequence{'' if k['sequences'] == 1 else 's'} over it clipped ({k['tokens_cut']:,} tokens cut)"
         for k in result["clipped"]
         if k["sequences"]
     ] or ["no sequence is longer than any capacity (nothing clipped)"]

@@ -210,7 +210,8 @@ def from_rows(rows, *, name: str = "rows") -> RawInput:
     if isinstance(rows, pa.Table):
         return _from_table(rows, name)
     if type(rows).__module__.startswith("datasets") and hasattr(rows, "data"):
-        return _from_table(rows.flatten_indices().data.table if hasattr(rows, "flatten_indices") else rows.data, name)
+        indexed = getattr(rows, "_indices", None) is not None  # select/shuffle: an indices mapping to apply
+        return _from_table(rows.flatten_indices().data.table if indexed else rows.data.table, name)
     rows = list(rows)
     if not rows:
         raise ValueError(f"{name}: no rows")

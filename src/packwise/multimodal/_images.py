@@ -60,10 +60,14 @@ class VisionSpec:
         return t * h * w // self.merge_size**2
 
     def processor(self):
-        """transformers' ``Qwen2VLImageProcessor`` (the PIL backend) with these bounds."""
-        from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+        """transformers' ``Qwen2VLImageProcessor`` (the PIL backend) with these bounds.
 
-        return Qwen2VLImageProcessor(
+        transformers 5 names the PIL backend ``Qwen2VLImageProcessorPil``; asking for the default class there
+        without torchvision falls back to it with a warning to install torchvision, which packwise never needs."""
+        from transformers.models import qwen2_vl
+
+        cls = getattr(qwen2_vl, "Qwen2VLImageProcessorPil", None) or qwen2_vl.Qwen2VLImageProcessor
+        return cls(
             size={"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels},
             patch_size=self.patch_size,
             merge_size=self.merge_size,
