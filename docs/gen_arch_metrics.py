@@ -63,7 +63,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "__init__": {"plan", "pipeline", "config"},  # packwise/__init__.py: lazy top-level names
     "cli": None,  # everything (thin)
     "__main__": {"cli"},  # python -m packwise: the CLI's entry point, nothing else
-    "_renamed": set(),  # old import paths of renamed modules (RENAME_PLAN.md); imports nothing of packwise
+    "_renamed": set(),  # old import paths of renamed modules (issue 17); imports nothing of packwise
 }
 LEAF = {"constants", "_renamed"}
 
