@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import operator
 import warnings
 from typing import Literal, get_args
 
@@ -151,8 +152,9 @@ def varlen_attention(
         ``(T_q, H, D)`` in ``q``'s dtype.
 
     Raises:
-        ValueError: bad shapes or boundaries, an unknown backend, a backend unavailable here, or a feature
-            (``window``, ``softcap``, ``sinks``) the backend does not honour.
+        ValueError: bad shapes or boundaries, an unknown backend, a backend unavailable here, a feature
+            (``window``, ``softcap``, ``sinks``) the backend does not honour, or a ``max_seqlen_*`` that is not an
+            integer >= 1 or (with CPU ``cu_seqlens``, checked without a device sync) below the longest document.
 
     Example:
         >>> q = k = v = torch.randn(5, 2, 4)
@@ -169,6 +171,12 @@ def varlen_attention(
         if cu.is_floating_point() or cu.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers (token offsets), got dtype {cu.dtype}")
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    for name, value, cu in (("max_seqlen_q", max_seqlen_q, cu_seqlens_q), ("max_seqlen_k", max_seqlen_k, cu_seqlens_k)):
+        value = _max_seqlen(name, value)
+        if cu.device.type == "cpu" and cu.numel() > 1 and value < (longest := int(cu.diff().max())):
+            # the flash kernels size their grid by it: an under-reported value leaves tokens uncomputed
+            raise ValueError(f"{name}={value} but the longest document in {name.replace('max_seqlen', 'cu_seqlens')} "
+                             f"has {longest} tokens; pass at least {longest}")  # fmt: skip
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     softcap = float(softcap) if softcap else None
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
@@ -212,6 +220,17 @@ def varlen_attention(
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise ValueError("flex_attention has no backward on CPU (torch limitation); use backend 'sdpa' to train here")
     return _flex(q, k, v, cu_q, cu_k, causal, scale, window)
+
+
+def _max_seqlen(name: str, value) -> int:
+    """An int >= 1 (Python, numpy or a one-element integer tensor); bools, floats and 0 are refused."""
+    try:
+        n = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        n = None
+    if n is None or n < 1:
+        raise ValueError(f"{name}={value!r} must be an integer >= 1 (tokens of the longest document)")
+    return n
 
 
 def _gqa(k: torch.Tensor, groups: int, dim: int) -> torch.Tensor:

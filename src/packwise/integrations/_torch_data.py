@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -284,7 +285,18 @@ class DistributedPackSampler(Sampler[int]):
             raise ValueError(f"num_replicas must be >= 1 (data-parallel ranks), got {self.num_replicas}")
         if not 0 <= self.rank < self.num_replicas:
             raise ValueError(f"rank {self.rank} is out of range for {self.num_replicas} replicas")
-        lengths = dataset.pack_seq_lengths() if hasattr(dataset, "pack_seq_lengths") else list(dataset)
+        if hasattr(dataset, "pack_seq_lengths"):
+            lengths = dataset.pack_seq_lengths()
+        elif hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):  # map-style: its len(), not iter()
+            lengths = [dataset[i] for i in range(len(dataset))]
+        else:
+            lengths = list(dataset)
+        bad = next((i for i, x in enumerate(lengths) if isinstance(x, (Mapping, str, bytes))), None)
+        if bad is not None:
+            raise TypeError(
+                f"DistributedPackSampler: pack {bad} is a {type(lengths[bad]).__name__}, not its sequence lengths; "
+                "pass a PackedParquetDataset (or anything with pack_seq_lengths()) or a list of per-pack length arrays"
+            )
         self.costs = pack_costs(lengths, cost)
         p = self.costs.shape[0]
         self.num_dropped = p % self.num_replicas if drop_last else 0
