@@ -6,6 +6,7 @@ covered in tests/test_bad_input.py."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -93,3 +94,30 @@ def test_loads_unique_refuses_what_json_loads_refuses():
     with pytest.raises(DuplicateKeyError) as e:
         loads_unique('[{"k": 1}, {"k": 2, "k": 3}]')
     assert e.value.key == "k" and isinstance(e.value, ValueError)
+
+
+def test_nan_infinity_and_deep_tool_call_arguments_are_bad_rows_not_tracebacks():
+    """Python's json reads NaN/Infinity (re-serialised into the chat they would be invalid JSON) and raises a
+    bare RecursionError on deep nesting: both are bad rows naming the field, skippable and counted."""
+
+    def chat(arguments):
+        call = {"type": "function", "function": {"name": "f", "arguments": arguments}}
+        return {
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        }
+
+    rows = [chat('{"a": NaN}'), chat("[" * 100_000 + "]" * 100_000), chat('{"a": 1}')]
+    for row, why in zip(rows[:2], ["is a string but not valid JSON (NaN is not JSON (RFC 8259 has no NaN",
+                                   "is a string but not valid JSON (nested more than about"]):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(f"messages[1].tool_calls[0].function.arguments' {why}")):
+            pack_dataset([row], capacity=64)
+    _, report = pack_dataset(rows, capacity=4096, skip_bad_rows=True)
+    assert (report.rows_skipped, report.samples) == (2, 1)
+
+
+def test_a_file_whose_only_row_is_bad_says_so_in_the_singular(tmp_path):
+    """The row is valid JSON (a duplicate key): the message says 'valid row', not 'valid JSON'."""
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"input_ids": [1], "input_ids": [2]}\n')
+    with pytest.raises(ValueError, match=re.escape(f"input {path}: no line is a valid row (1 bad line, all skipped)")):
+        pack_dataset(str(path), capacity=8, skip_bad_rows=True)

@@ -185,7 +185,7 @@ def test_deeply_nested_packwise_files_are_named_not_a_recursion_error(tmp_path, 
     assert run(capsys, "pack", src, "-o", out, "--capacity", 4)[0] == 0
     (out / name).write_text(DEEP)
     before = sorted(p.name for p in out.iterdir())
-    why = rf"{out / name} is not a valid packwise file \(JSON nested deeper than about \d+ levels\); restore it"
+    why = rf"{out / name} is not a valid packwise file \(not JSON: nested more than about \d+ levels of \[ or \{{ deep\); restore it"
     rc, err = run(capsys, "pack", src, "-o", out, "--capacity", 4, "--overwrite")
     assert rc != 0 and "Traceback" not in err  # metadata.json: refused as a packwise file that changed since
     assert name == "metadata.json" or "is not a valid packwise file" in err

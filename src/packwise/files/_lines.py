@@ -31,16 +31,23 @@ def _unique_pairs(pairs: list) -> dict:
     return out
 
 
-_UNIQUE = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity); write null or a number")
+
+
+_UNIQUE = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
 
 
 def loads_unique(text: str | bytes):
     """``json.loads(text)`` that refuses an object naming a key twice, at any depth (user JSON: data rows,
-    ``state.json``, tool-call arguments, ``--runtime-env``; packwise's own files). Bytes are decoded as
-    ``json.loads`` decodes them (UTF-8/16/32 by their first bytes).
+    ``state.json``, tool-call arguments, ``--runtime-env``; packwise's own files), ``NaN``/``Infinity`` (which
+    Python's ``json`` reads but JSON does not have: re-serialised into a chat they would be invalid JSON) and
+    nesting deeper than the interpreter's recursion limit. Bytes are decoded as ``json.loads`` decodes them
+    (UTF-8/16/32 by their first bytes).
 
     Raises:
-        DuplicateKeyError: a ``ValueError`` naming the key. ValueError: not JSON (``json.JSONDecodeError``).
+        DuplicateKeyError: a ``ValueError`` naming the key. ValueError: not JSON (``json.JSONDecodeError``),
+        NaN/Infinity, or nested more than about ``sys.getrecursionlimit()`` levels.
 
     Example:
         >>> loads_unique('{"a": 1, "b": {"c": 2}}')
@@ -54,7 +61,10 @@ def loads_unique(text: str | bytes):
         text = text.decode(json.detect_encoding(text), "surrogatepass")
     elif text.startswith("\ufeff"):
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    return _UNIQUE.decode(text)
+    try:
+        return _UNIQUE.decode(text)
+    except RecursionError:
+        raise ValueError(f"nested more than about {sys.getrecursionlimit()} levels of [ or {{ deep") from None
 
 
 #: Longest JSONL line read (bytes): a row beyond it is refused rather than read into memory without end.
@@ -124,13 +134,8 @@ def parse_line(raw: bytes, path, lineno: int, *, hint: str = SKIP_HINT) -> dict:
             raise ValueError(f"expected a JSON object, got {type(row).__name__}")
     except DuplicateKeyError as e:
         raise ValueError(f"{path} line {lineno}: {e}; {hint}") from None
-    except ValueError as e:
+    except ValueError as e:  # also NaN/Infinity and nesting beyond the recursion limit (loads_unique)
         raise ValueError(f"{path} line {lineno}: malformed JSON ({e}); {hint}") from None
-    except RecursionError:
-        raise ValueError(
-            f"{path} line {lineno}: malformed JSON (nested more than about {sys.getrecursionlimit()} levels of "
-            f"[ or {{ deep); {hint}"
-        ) from None
     return row
 
 
@@ -173,11 +178,6 @@ def read_own_json(path):
         raise ValueError(f"{path} is not a valid packwise file ({e}); {fix}") from None
     except ValueError as e:
         raise ValueError(f"{path} is not a valid packwise file (not JSON: {e}); {fix}") from None
-    except RecursionError:
-        raise ValueError(
-            f"{path} is not a valid packwise file (JSON nested deeper than about {sys.getrecursionlimit()} "
-            f"levels); {fix}"
-        ) from None
 
 
 #: File signatures that mean the file is not JSON text (checked on the first bytes of a .jsonl input).

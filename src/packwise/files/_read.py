@@ -198,7 +198,8 @@ def _read_jsonl(path: Path, skip_bad_rows: bool) -> RawInput:
         raise ValueError(f"input {path} is empty (no rows)")
     first = next((r for r in rows if r is not None), None)
     if first is None:
-        raise ValueError(f"input {path}: no line is valid JSON ({len(rows)} bad lines)")
+        n = len(rows)
+        raise ValueError(f"input {path}: no line is a valid row ({n} bad line{'' if n == 1 else 's'}, all skipped)")
     kind = detect_kind(first.keys(), f"{path} line {lines[rows.index(first)]}")
     return RawInput(
         name=str(path), kind=kind, rows=rows, fingerprint=h.hexdigest()[:16], errors=errors, line_numbers=lines

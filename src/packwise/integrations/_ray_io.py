@@ -229,7 +229,9 @@ def _jsonl_kind(path, skip: bool) -> str:
                 continue
             return detect_kind(row.keys(), f"{path} line {lineno}")
     raise ValueError(
-        f"input {path}: no line is valid JSON ({bad} bad lines)" if bad else f"input {path} is empty (no rows)"
+        f"input {path}: no line is a valid row ({bad} bad line{'' if bad == 1 else 's'}, all skipped)"
+        if bad
+        else f"input {path} is empty (no rows)"
     )
 
 
