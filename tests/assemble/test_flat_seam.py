@@ -4,6 +4,7 @@ and gives what the per-sequence path gives, bit for bit; the boundary-label rule
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -139,3 +140,18 @@ def test_the_seam_is_numpy_only():
     code = "import sys, packwise.plan._flat; print('torch' in sys.modules, 'pyarrow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("alignment", [0, -1, False, True, 1.0, 2.0, "2", None, np.int32(0), 2**31])
+def test_segment_layout_refuses_an_alignment_that_is_not_a_positive_int32(alignment):
+    """0 gave cu_seqlens_padded [0, 0, 0] and -1 gave [0, 1, 1] before: silently wrong rows."""
+    with pytest.raises(
+        ValueError, match=re.escape(f"alignment must be an integer in [1, 2147483647] (tokens), got {alignment!r}")
+    ):
+        segment_layout([3, 5], alignment=alignment)
+
+
+def test_segment_layout_refuses_pad_to_beyond_int32_and_keeps_integer_likes():
+    with pytest.raises(ValueError, match=r"^pad_to=1000000000000000000000000000000 > 2147483647 tokens"):
+        segment_layout([3, 5], pad_to=10**30)
+    assert segment_layout([3, 5], alignment=np.int64(4), pad_to=16).cu_seqlens_padded.tolist() == [0, 4, 12]

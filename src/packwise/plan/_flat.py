@@ -154,17 +154,21 @@ class SegmentLayout:
     total: int
 
 
+_MAX_ROW = 2**31 - 1  # cu_seqlens are int32
+
+
 def segment_layout(lengths: list[int], *, alignment: int = 1, pad_to: int | None = None) -> SegmentLayout:
     """The physical layout of one pack: every sequence padded to a multiple of ``alignment``, then a tail of
     padding up to ``pad_to`` (one more segment, real length 0).
 
     Args:
         lengths: ``N`` real lengths (>= 1) in pack order.
-        alignment: pad every sequence to a multiple of this many tokens (>= 1, checked by the caller).
+        alignment: pad every sequence to a multiple of this many tokens (an integer in [1, 2**31 - 1]).
         pad_to: tokens in the row (None: the aligned total).
 
     Raises:
-        ValueError: the aligned sequences hold more than ``pad_to`` tokens. TypeError: ``pad_to`` is not an
+        ValueError: the aligned sequences hold more than ``pad_to`` tokens; ``alignment`` is not an integer in
+            [1, 2**31 - 1]; ``pad_to`` above 2**31 - 1. TypeError: ``pad_to`` is not an
             integer (``True``, ``"5"``, ``5.0`` are refused).
 
     Example:
@@ -176,6 +180,13 @@ def segment_layout(lengths: list[int], *, alignment: int = 1, pad_to: int | None
     """
     if pad_to is not None and (isinstance(pad_to, (bool, np.bool_)) or not isinstance(pad_to, (int, np.integer))):
         raise TypeError(f"pad_to={pad_to!r} is a {type(pad_to).__name__}; give an integer (tokens per pack) or None")
+    if pad_to is not None and pad_to > _MAX_ROW:
+        raise ValueError(f"pad_to={pad_to} > {_MAX_ROW} tokens, the most a row's int32 cu_seqlens can address")
+    if (type(alignment) is not int or alignment != 1) and (
+        isinstance(alignment, (bool, np.bool_)) or not isinstance(alignment, (int, np.integer))
+        or not 1 <= alignment <= _MAX_ROW
+    ):  # fmt: skip
+        raise ValueError(f"alignment must be an integer in [1, {_MAX_ROW}] (tokens), got {alignment!r}")
     n = len(lengths)
     real = np.asarray(lengths, dtype=np.int64)
     real_total = sum(lengths)
