@@ -55,3 +55,16 @@ def test_max_seqlen_below_the_longest_document_is_refused_and_integer_likes_pass
     for like in (np.int64(4), torch.tensor(4), 5):
         out = varlen_attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=like, max_seqlen_k=like)
         assert torch.equal(out, ref)
+
+
+def test_numpy_integers_are_integers_for_cp_size_and_window():
+    """They were refused as 'not an integer'; bools and floats still are."""
+    from packwise.loss import PackedLoss
+
+    assert PackedLoss(cp_size=np.int64(2)).cp_size == 2 and type(PackedLoss(cp_size=np.int64(2)).cp_size) is int
+    q = torch.randn(6, 2, 8)
+    cu = torch.tensor([0, 3, 6])
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=3, max_seqlen_k=3)
+    assert torch.equal(varlen_attention(q, q, q, window=np.int64(2), **kw), varlen_attention(q, q, q, window=2, **kw))
+    with pytest.raises(TypeError, match=r"^window=2.0 is a float; give an integer \(tokens\) or None$"):
+        varlen_attention(q, q, q, window=2.0, **kw)

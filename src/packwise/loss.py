@@ -10,6 +10,7 @@ document first, equal to the per-sample mean of unpacked training.
 
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Literal
 
@@ -164,9 +165,13 @@ class PackedLoss:
             raise ValueError(f"unknown reduction {reduction!r}; use token_mean, sequence_mean or sum")
         if labels not in ("hf", "shifted"):
             raise ValueError(f"labels={labels!r}; use 'hf' (unshifted, HF Transformers) or 'shifted' (Megatron)")
-        if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+        try:  # an int or a numpy int; not a bool, float or string
+            n = None if isinstance(cp_size, bool) else operator.index(cp_size)
+        except TypeError:
+            n = None
+        if n is None or n < 1:
             raise ValueError(f"cp_size must be an integer >= 1 (context-parallel ranks), got {cp_size!r}")
-        self.reduction, self.cp_size, self.labels = reduction, cp_size, labels
+        self.reduction, self.cp_size, self.labels = reduction, n, labels
 
     def __repr__(self) -> str:
         return f"PackedLoss(reduction={self.reduction!r}, cp_size={self.cp_size}, labels={self.labels!r})"

@@ -179,8 +179,14 @@ def varlen_attention(
                              f"has {longest} tokens; pass at least {longest}")  # fmt: skip
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     softcap = float(softcap) if softcap else None
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
-        raise TypeError(f"window={window!r} is a {type(window).__name__}; give an integer (tokens) or None")
+    if window is not None:  # an int or a numpy int; not a bool, float or string
+        why = f"window={window!r} is a {type(window).__name__}; give an integer (tokens) or None"
+        if isinstance(window, bool):
+            raise TypeError(why)
+        try:
+            window = operator.index(window)
+        except TypeError:
+            raise TypeError(why) from None
     if window is not None and (window < 1 or not causal):
         raise ValueError(f"window {window}: a sliding window must be >= 1 tokens and causal")
     if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
