@@ -68,3 +68,14 @@ def test_numpy_integers_are_integers_for_cp_size_and_window():
     assert torch.equal(varlen_attention(q, q, q, window=np.int64(2), **kw), varlen_attention(q, q, q, window=2, **kw))
     with pytest.raises(TypeError, match=r"^window=2.0 is a float; give an integer \(tokens\) or None$"):
         varlen_attention(q, q, q, window=2.0, **kw)
+
+
+def test_a_negative_seed_in_a_config_is_refused_at_the_config_key():
+    """It was accepted by PackingConfig and `config show`, then refused by `packwise pack` as '--seed'."""
+    from pydantic import ValidationError
+
+    from packwise import PackingConfig
+
+    with pytest.raises(ValidationError, match=r"seed\n  Input should be greater than or equal to 0"):
+        PackingConfig(seed=-1)
+    assert PackingConfig(seed=0).seed == 0

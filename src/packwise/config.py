@@ -190,7 +190,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
     tokenizer: str | None = None
     chat_template: str | None = None
     loss_on: Literal["assistant", "all"] = "assistant"
-    seed: int | None = Field(None, strict=True)
+    seed: int | None = Field(None, ge=0, strict=True)
     max_sequences_per_pack: int | None = Field(None, strict=True)
     min_packs: int | None = Field(None, ge=0, strict=True)
     pack_count_multiple: int | None = Field(None, ge=1, strict=True)
