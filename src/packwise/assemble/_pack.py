@@ -27,7 +27,7 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
-from ._options import check_fill, check_int, check_options
+from ._options import check_fill, check_int, check_options, check_position_offset, check_tokens
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,7 +112,9 @@ class PackedSequence:
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
             raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
         check_int(pad_token_id, "pad_token_id")
-        check_int(position_offset, "position_offset")
+        check_position_offset(position_offset)
+        check_tokens(pad_to, "pad_to")
+        check_tokens(alignment, "alignment")
         cu = np.asarray(cu_seqlens, dtype=np.int64).reshape(-1)
         tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}
         ref = tensors.get("input_ids", tensors.get("labels"))
@@ -250,8 +252,9 @@ def assemble_pack(
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
     pad_values = check_options(
-        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values
-    )
+        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values,
+        pad_to=pad_to, alignment=alignment,
+    )  # fmt: skip
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
