@@ -185,10 +185,10 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     total, width, extra, dst = lay.total, lay.width, lay.extra, lay.dst
     if dst is not None and not cpu:
         dst = dst.to(device)
-    if lay.padded or extra:  # a column of several dtypes: assemble_pack fills each pack's padding in the pack's
-        # dtype, before collate_packs promotes; a pad value that a narrower dtype rounds would differ here
-        if any(len(dtypes[name]) > 1 for name in pad_values if name in dtypes and name not in _ROW_KEYS):
-            return None
+    # a side column of several dtypes: assemble_pack fills each pack's padding in the pack's dtype, before
+    # collate_packs promotes; a pad value that a narrower dtype rounds would differ here (rare: two-step path)
+    if (lay.padded or extra) and any(len(dtypes[n]) > 1 for n in pad_values if n in dtypes and n not in _ROW_KEYS):
+        return None
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
         """One column of the row: the sequences' chunks, concatenated once, padding included."""

@@ -49,10 +49,10 @@ def check_tokens(value, option: str) -> None:
     :data:`MAX_TOKENS`, before any buffer is sized by it (a raw ``MemoryError`` or overflow names none).
 
     Example:
-        >>> check_tokens(2**40, "pad_to")
+        >>> check_tokens(2**40, "pad_to")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: pad_to=1099511627776 is more than 2147483647 tokens (cu_seqlens are int32, so no row holds more); give at most 2147483647 (a pack's capacity)
+        ValueError: pad_to=1099511627776 is more than 2147483647 tokens (cu_seqlens are int32, ...); give at most ...
     """
     if _integer(value) and int(value) > MAX_TOKENS:
         raise ValueError(
@@ -70,17 +70,21 @@ def check_position_offset(value) -> None:
     ``position_offset + position`` always fits int64 (a larger offset would wrap it silently).
 
     Example:
-        >>> check_position_offset(-1)
+        >>> check_position_offset(-1)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: position_offset=-1 is outside [0, 2147483647]: positions index the model's position table, which starts at 0 (HF, Megatron; 2 for RoBERTa-style models); a negative position indexes nothing; give the model's first position (0 unless it says otherwise)
+        ValueError: position_offset=-1 is outside [0, 2147483647]: ...; a negative position indexes nothing; give ...
     """
     check_int(value, "position_offset")
     if not 0 <= int(value) <= MAX_TOKENS:
         raise ValueError(
             f"position_offset={value} is outside [0, {MAX_TOKENS}]: positions index the model's position table, "
             "which starts at 0 (HF, Megatron; 2 for RoBERTa-style models); "
-            + ("a negative position indexes nothing" if value < 0 else "no model has that many positions (and position_offset + a position must fit int64)")
+            + (
+                "a negative position indexes nothing"
+                if value < 0
+                else "no model has that many positions (and position_offset + a position must fit int64)"
+            )
             + "; give the model's first position (0 unless it says otherwise)"
         )
 
@@ -184,9 +188,9 @@ _LOW, _HIGH = _INT64
 
 
 def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bool:
-    """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64 (``position_offset``
-    in ``[0, MAX_TOKENS]``), a negative ``label_pad_id``, no ``pad_values`` — decided in a few comparisons (the fused path's per-batch
-    fast check; anything else goes through :func:`check_options`).
+    """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64
+    (``position_offset`` in ``[0, MAX_TOKENS]``), a negative ``label_pad_id``, no ``pad_values`` — decided in a
+    few comparisons (the fused path's per-batch fast check; anything else goes through :func:`check_options`).
 
     Example:
         >>> plain_options(0, -100, 0, None), plain_options(0, 5, 0, None), plain_options(0, -100, 0, {})
