@@ -18,7 +18,7 @@ always reported by the two-step path's validation, with its messages.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
+from functools import partial, reduce
 from itertools import chain
 from operator import attrgetter, itemgetter
 
@@ -186,8 +186,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     if dst is not None and not cpu:
         dst = dst.to(device)
     # a side column of several dtypes: assemble_pack fills each pack's padding in the pack's dtype, before
-    # collate_packs promotes; a pad value that a narrower dtype rounds would differ here (rare: two-step path)
-    if (lay.padded or extra) and any(len(dtypes[n]) > 1 for n in pad_values if n in dtypes and n not in _ROW_KEYS):
+    # collate_packs promotes; a pad value that a narrower dtype rounds (0.1 in float32) takes the two-step path
+    if (lay.padded or extra) and not all(_fill_exact(pad_values[n], dtypes[n]) for n in names if n in pad_values):
         return None
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
@@ -304,6 +304,17 @@ _DTYPE = attrgetter("dtype")
 _EMPTY = frozenset()
 _MIN = np.minimum.reduce
 _from = torch.from_numpy
+
+
+def _fill_exact(value, kinds: set) -> bool:
+    """Whether ``value`` filled in each of the dtypes ``kinds`` and then promoted is, bit for bit, ``value``
+    filled in the promoted dtype (always so for one dtype)."""
+    if len(kinds) == 1:
+        return True
+    wide = reduce(torch.promote_types, kinds)
+    want = torch.tensor(value, dtype=wide)
+    return all(torch.equal(torch.tensor(value, dtype=k).to(wide).view(-1).view(torch.uint8),
+                           want.view(-1).view(torch.uint8)) for k in kinds)  # fmt: skip
 
 
 def _row(a: np.ndarray) -> torch.Tensor:
