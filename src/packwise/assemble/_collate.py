@@ -76,7 +76,7 @@ def collate_packs(
     Args:
         packs: P :class:`PackedSequence` objects (from ``assemble_pack`` or ``PackedParquetDataset``).
         layout: ``"thd"`` — one row ``[1, ΣT]``; ``"padded"`` — ``[P, S]`` rows, ``S`` the longest pack.
-        pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this.
+        pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this (at most 2**31 - 1).
         pad_values: pad value per extra column for packs that lack it and for batch padding (default 0), as
             :func:`~packwise.assemble.assemble_pack` checks it (refused: ``labels`` other than -100, a value
             outside a pack's column dtype, ...).

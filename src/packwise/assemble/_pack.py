@@ -225,7 +225,8 @@ def assemble_pack(
         labels_shifted: the convention of the pack's labels (output): False — HF, ``labels[t]`` is token
             ``t``; True — Megatron, ``labels[t]`` is the target of position ``t``. Rows are converted within
             each sequence; a Megatron row's last target cannot become an HF label and is refused.
-        position_offset: first position of every sequence (2 for RoBERTa-style models).
+        position_offset: first position of every sequence (2 for RoBERTa-style models), in
+            ``[0, 2**31 - 1]``.
         vocab_size: when given, every input id and label must be below it.
 
     Returns:
@@ -233,9 +234,11 @@ def assemble_pack(
 
     Raises:
         ValueError: an empty sequence, a column whose length differs from ``input_ids``, aligned total >
-            ``pad_to``, ``alignment < 1``, a negative id (or one >= ``vocab_size``), a label that is neither
-            -100 nor a token id, a ``loss_mask`` value other than 0/1, labels that look like the other
-            convention, a Megatron target an HF pack would lose, tensors on different devices — naming the
+            ``pad_to``, ``alignment < 1``, ``pad_to`` or ``alignment`` above 2**31 - 1 tokens (cu_seqlens are
+            int32), a negative ``position_offset`` or one above 2**31 - 1, a negative id (or one >=
+            ``vocab_size``), a label that is neither -100 nor a token id, a ``loss_mask`` value other than 0/1,
+            labels that look like the other convention, a Megatron target an HF pack would lose, tensors on
+            different devices — naming the
             sequence index, column and numbers.
         TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions;
             a ``pad_token_id``, ``label_pad_id`` or ``position_offset`` that is not an integer (ValueError: beyond
