@@ -238,8 +238,7 @@ def assemble_pack(
             int32), a negative ``position_offset`` or one above 2**31 - 1, a negative id (or one >=
             ``vocab_size``), a label that is neither -100 nor a token id, a ``loss_mask`` value other than 0/1,
             labels that look like the other convention, a Megatron target an HF pack would lose, tensors on
-            different devices — naming the
-            sequence index, column and numbers.
+            different devices — naming the sequence index, column and numbers.
         TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions;
             a ``pad_token_id``, ``label_pad_id`` or ``position_offset`` that is not an integer (ValueError: beyond
             int64); a pad value that is not a number (ValueError: outside its column's dtype).
