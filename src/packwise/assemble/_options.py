@@ -147,16 +147,16 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
             )
         return
     if dtype.is_floating_point:
-        if _integer(value) and not _INT64[0] <= int(value) <= _INT64[1]:
-            raise ValueError(
-                f"pad_values[{name!r}]={value!r} is an integer beyond int64, which torch cannot fill column {name!r} "
-                f"of dtype {dtype} with; give it as a float (pad_values[{name!r}]={float(value)!r})"
-            )
         top = torch.finfo(dtype).max
         finite = not isinstance(value, (float, np.floating)) or math.isfinite(value)  # (an int of any size is)
         if finite and abs(value) > top:
             raise ValueError(
                 f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} [{-top}, {top}]; {fix}"
+            )
+        if _integer(value) and not _INT64[0] <= int(value) <= _INT64[1]:
+            raise ValueError(
+                f"pad_values[{name!r}]={value!r} is an integer beyond int64, which torch cannot fill column {name!r} "
+                f"of dtype {dtype} with; give it as a float (pad_values[{name!r}]={float(value)!r})"
             )
         return
     info = torch.iinfo(dtype)
