@@ -21,7 +21,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._batch import PackedBatch
 from ._labels import Labels, check_labels, shift_labels, unshift_labels
-from ._options import check_fill, check_int, check_pad_values
+from ._options import check_fill, check_int, check_pad_values, check_tokens
 from ._pack import PackedSequence
 
 Layout = Literal["thd", "padded"]
@@ -76,7 +76,7 @@ def collate_packs(
     Args:
         packs: P :class:`PackedSequence` objects (from ``assemble_pack`` or ``PackedParquetDataset``).
         layout: ``"thd"`` — one row ``[1, ΣT]``; ``"padded"`` — ``[P, S]`` rows, ``S`` the longest pack.
-        pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this.
+        pad_to_multiple_of: round the row length (thd: ΣT; padded: S) up to a multiple of this (at most 2**31 - 1).
         pad_values: pad value per extra column for packs that lack it and for batch padding (default 0), as
             :func:`~packwise.assemble.assemble_pack` checks it (refused: ``labels`` other than -100, a value
             outside a pack's column dtype, ...).
@@ -143,6 +143,7 @@ def collate_packs(
         raise ValueError(f"unknown layout {layout!r}; use 'thd' or 'padded'")
     if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
         raise ValueError(f"pad_to_multiple_of must be an integer >= 1, got {pad_to_multiple_of!r}")
+    check_tokens(pad_to_multiple_of, "pad_to_multiple_of")
     has_ids = {p.input_ids is not None for p in packs}
     if len(has_ids) > 1:
         raise ValueError("input_ids present in some packs but not others")

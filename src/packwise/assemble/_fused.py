@@ -18,7 +18,7 @@ always reported by the two-step path's validation, with its messages.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
+from functools import partial, reduce
 from itertools import chain
 from operator import attrgetter, itemgetter
 
@@ -30,7 +30,7 @@ from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
 from ._fused_checks import labels_refused, mask_refused, next_tokens, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
-from ._options import check_fill, check_options, plain_options
+from ._options import MAX_TOKENS, check_fill, check_options, plain_options
 from ._pack import assemble_pack
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
@@ -125,9 +125,11 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     Every check runs once per column over the whole batch, through C-level ``map``s: key sets (one list
     comparison), dimensions and lengths (one set, one list comparison against ``input_ids``'), dtypes
     (one set); values in one or two vectorised passes (:mod:`._fused_checks`)."""
-    if not packs or not _is_int(alignment) or alignment < 1 or not _is_int(multiple) or multiple < 1:
+    if not packs or not _is_int(alignment) or not 1 <= alignment <= MAX_TOKENS:
         return None
-    if pad_to is not None and not _is_int(pad_to):
+    if not _is_int(multiple) or not 1 <= multiple <= MAX_TOKENS:
+        return None  # (sizes beyond MAX_TOKENS: the two-step path refuses them by name, before any buffer)
+    if pad_to is not None and (not _is_int(pad_to) or pad_to > MAX_TOKENS):
         return None
     # the option checks of assemble_pack (the common options in a few comparisons): a refusal (ValueError,
     # TypeError) sends the batch to the two-step path
@@ -183,6 +185,10 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     total, width, extra, dst = lay.total, lay.width, lay.extra, lay.dst
     if dst is not None and not cpu:
         dst = dst.to(device)
+    # a side column of several dtypes: assemble_pack fills each pack's padding in the pack's dtype, before
+    # collate_packs promotes; a pad value that a narrower dtype rounds (0.1 in float32) takes the two-step path
+    if (lay.padded or extra) and not all(_fill_exact(pad_values[n], dtypes[n]) for n in names if n in pad_values):
+        return None
 
     def place(chunks: list, name: str, fill, dtype: torch.dtype | None) -> torch.Tensor:
         """One column of the row: the sequences' chunks, concatenated once, padding included."""
@@ -191,8 +197,12 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             if extra:  # the batch padding joins the one concatenation
                 chunks = [*chunks, torch.full((extra,), fill, dtype=chunks[0].dtype, device=device)]
             out = torch.cat(chunks)
+            if out.device != device:  # (a mix within the column makes cat raise)
+                raise ValueError(name)  # another device than input_ids': the two-step path names it
         else:
             values = torch.cat(chunks)
+            if values.device != device:  # (copied into the row, a meta tensor would leave zeros)
+                raise ValueError(name)
             if values.shape[0] != (total if dst is None else dst.shape[0]):  # row-shaped (1, L) sequences: never
                 # broadcast into the row
                 raise ValueError(name)
@@ -294,6 +304,17 @@ _DTYPE = attrgetter("dtype")
 _EMPTY = frozenset()
 _MIN = np.minimum.reduce
 _from = torch.from_numpy
+
+
+def _fill_exact(value, kinds: set) -> bool:
+    """Whether ``value`` filled in each of the dtypes ``kinds`` and then promoted is, bit for bit, ``value``
+    filled in the promoted dtype (always so for one dtype)."""
+    if len(kinds) == 1:
+        return True
+    wide = reduce(torch.promote_types, kinds)
+    want = torch.tensor(value, dtype=wide)
+    return all(torch.equal(torch.tensor(value, dtype=k).to(wide).view(-1).view(torch.uint8),
+                           want.view(-1).view(torch.uint8)) for k in kinds)  # fmt: skip
 
 
 def _row(a: np.ndarray) -> torch.Tensor:

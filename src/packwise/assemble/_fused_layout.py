@@ -47,6 +47,8 @@ class _Ranges(dict):
         self.base = np.arange(size, dtype=np.int64)
 
     def __missing__(self, n: int) -> np.ndarray:
+        if n > self.base.shape[0]:  # (never a short slice, whichever cache a thread reads)
+            return np.arange(n, dtype=np.int64)
         view = self.base[:n]
         if len(self) < _MAX_VIEWS:  # (bounded: long-context data has many distinct lengths)
             self[n] = view
@@ -62,9 +64,12 @@ _RANGES = _Ranges(1 << 12)
 def _positions(lengths: list[int], longest: int) -> np.ndarray:
     """``(sum(lengths),)`` int64: ``concat(arange(n) for n in lengths)``, new; ``longest = max(lengths)``."""
     global _RANGES
-    if longest > _RANGES.base.shape[0]:
-        _RANGES = _Ranges(1 << longest.bit_length())
-    return np.concatenate(list(map(_RANGES.__getitem__, lengths)))
+    ranges = _RANGES  # (read once: another thread may replace the cache, with a smaller one, meanwhile)
+    if longest > ranges.base.shape[0]:
+        ranges = _Ranges(1 << longest.bit_length())
+        if ranges.base.shape[0] > _RANGES.base.shape[0]:
+            _RANGES = ranges
+    return np.concatenate(list(map(ranges.__getitem__, lengths)))
 
 
 def _seq_idx(counts: np.ndarray | list[int]) -> np.ndarray:

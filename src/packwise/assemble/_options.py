@@ -14,6 +14,8 @@ from ..constants import IGNORE_INDEX, PRODUCED
 from ._batch import MEDIA_KEYS
 
 _INT64 = (-(2**63), 2**63 - 1)
+#: the most tokens of a pack, a row or a position offset: ``cu_seqlens`` are int32, so no row holds more
+MAX_TOKENS = 2**31 - 1
 #: ``pad_values`` keys packwise fills itself: a pad value for them would contradict the batch's own padding.
 _OWN = frozenset(PRODUCED) | frozenset(MEDIA_KEYS) | {"position_ids", "tokens"}
 
@@ -39,6 +41,51 @@ def check_int(value, option: str) -> None:
         raise ValueError(
             f"{option}={value} does not fit int64 [{_INT64[0]}, {_INT64[1]}] (the dtype of input_ids, labels and "
             f"position_ids); give a value in that range (a token id of the vocabulary)"
+        )
+
+
+def check_tokens(value, option: str) -> None:
+    """Refuse an integer size option (``pad_to``, ``alignment``, ``pad_to_multiple_of``) above
+    :data:`MAX_TOKENS`, before any buffer is sized by it (a raw ``MemoryError`` or overflow names none).
+
+    Example:
+        >>> check_tokens(2**40, "pad_to")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: pad_to=1099511627776 is more than 2147483647 tokens (cu_seqlens are int32, ...); give at most ...
+    """
+    if _integer(value) and int(value) > MAX_TOKENS:
+        raise ValueError(
+            f"{option}={value} is more than {MAX_TOKENS} tokens (cu_seqlens are int32, so no row holds more); give "
+            f"at most {MAX_TOKENS} (a pack's capacity)"
+        )
+
+
+def check_position_offset(value) -> None:
+    """Refuse a ``position_offset`` that is not an integer in ``[0, MAX_TOKENS]``.
+
+    Positions index the model's position embeddings (or rotary angles): HF and Megatron count from 0,
+    RoBERTa-style models from 2 (``padding_idx + 1``); a negative first position indexes nothing (an
+    embedding lookup fails or reads from the table's end). A row holds at most :data:`MAX_TOKENS` tokens, so
+    ``position_offset + position`` always fits int64 (a larger offset would wrap it silently).
+
+    Example:
+        >>> check_position_offset(-1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: position_offset=-1 is outside [0, 2147483647]: ...; a negative position indexes nothing; give ...
+    """
+    check_int(value, "position_offset")
+    if not 0 <= int(value) <= MAX_TOKENS:
+        raise ValueError(
+            f"position_offset={value} is outside [0, {MAX_TOKENS}]: positions index the model's position table, "
+            "which starts at 0 (HF, Megatron; 2 for RoBERTa-style models); "
+            + (
+                "a negative position indexes nothing"
+                if value < 0
+                else "no model has that many positions (and position_offset + a position must fit int64)"
+            )
+            + "; give the model's first position (0 unless it says otherwise)"
         )
 
 
@@ -106,6 +153,11 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
             raise ValueError(
                 f"pad_values[{name!r}]={value!r} does not fit column {name!r} of dtype {dtype} [{-top}, {top}]; {fix}"
             )
+        if _integer(value) and not _INT64[0] <= int(value) <= _INT64[1]:
+            raise ValueError(
+                f"pad_values[{name!r}]={value!r} is an integer beyond int64, which torch cannot fill column {name!r} "
+                f"of dtype {dtype} with; give it as a float (pad_values[{name!r}]={float(value)!r})"
+            )
         return
     info = torch.iinfo(dtype)
     integral = _integer(value) or isinstance(value, bool) or (math.isfinite(value) and float(value).is_integer())
@@ -116,8 +168,10 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
         )
 
 
-def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values) -> dict:
+def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values, pad_to=None, alignment=1) -> dict:
     """Every option check of ``assemble_pack`` (the fused path runs the same): the checked ``pad_values``."""
+    check_tokens(pad_to, "pad_to")
+    check_tokens(alignment, "alignment")
     check_int(pad_token_id, "pad_token_id")
     check_int(label_pad_id, "label_pad_id")
     if label_pad_id >= 0:  # a token id: boundary and alignment labels would become targets
@@ -126,7 +180,7 @@ def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values) ->
             "padding would be trained on; use a negative ignore index (-100, the default, as HF and PyTorch's "
             "cross_entropy ignore)"
         )
-    check_int(position_offset, "position_offset")
+    check_position_offset(position_offset)
     return check_pad_values(pad_values, pad_token_id)
 
 
@@ -134,9 +188,9 @@ _LOW, _HIGH = _INT64
 
 
 def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bool:
-    """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64,
-    a negative ``label_pad_id``, no ``pad_values`` — decided in a few comparisons (the fused path's per-batch
-    fast check; anything else goes through :func:`check_options`).
+    """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64
+    (``position_offset`` in ``[0, MAX_TOKENS]``), a negative ``label_pad_id``, no ``pad_values`` — decided in a
+    few comparisons (the fused path's per-batch fast check; anything else goes through :func:`check_options`).
 
     Example:
         >>> plain_options(0, -100, 0, None), plain_options(0, 5, 0, None), plain_options(0, -100, 0, {})
@@ -149,5 +203,5 @@ def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bo
         and type(position_offset) is int
         and _LOW <= pad_token_id <= _HIGH
         and _LOW <= label_pad_id < 0
-        and _LOW <= position_offset <= _HIGH
+        and 0 <= position_offset <= MAX_TOKENS
     )

@@ -27,7 +27,7 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
-from ._options import check_fill, check_int, check_options
+from ._options import check_fill, check_int, check_options, check_position_offset, check_tokens
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,7 +112,9 @@ class PackedSequence:
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
             raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
         check_int(pad_token_id, "pad_token_id")
-        check_int(position_offset, "position_offset")
+        check_position_offset(position_offset)
+        check_tokens(pad_to, "pad_to")
+        check_tokens(alignment, "alignment")
         cu = np.asarray(cu_seqlens, dtype=np.int64).reshape(-1)
         tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}
         ref = tensors.get("input_ids", tensors.get("labels"))
@@ -223,7 +225,8 @@ def assemble_pack(
         labels_shifted: the convention of the pack's labels (output): False — HF, ``labels[t]`` is token
             ``t``; True — Megatron, ``labels[t]`` is the target of position ``t``. Rows are converted within
             each sequence; a Megatron row's last target cannot become an HF label and is refused.
-        position_offset: first position of every sequence (2 for RoBERTa-style models).
+        position_offset: first position of every sequence (2 for RoBERTa-style models), in
+            ``[0, 2**31 - 1]``.
         vocab_size: when given, every input id and label must be below it.
 
     Returns:
@@ -231,10 +234,11 @@ def assemble_pack(
 
     Raises:
         ValueError: an empty sequence, a column whose length differs from ``input_ids``, aligned total >
-            ``pad_to``, ``alignment < 1``, a negative id (or one >= ``vocab_size``), a label that is neither
-            -100 nor a token id, a ``loss_mask`` value other than 0/1, labels that look like the other
-            convention, a Megatron target an HF pack would lose, tensors on different devices — naming the
-            sequence index, column and numbers.
+            ``pad_to``, ``alignment < 1``, ``pad_to`` or ``alignment`` above 2**31 - 1 tokens (cu_seqlens are
+            int32), a negative ``position_offset`` or one above 2**31 - 1, a negative id (or one >=
+            ``vocab_size``), a label that is neither -100 nor a token id, a ``loss_mask`` value other than 0/1,
+            labels that look like the other convention, a Megatron target an HF pack would lose, tensors on
+            different devices — naming the sequence index, column and numbers.
         TypeError: a column that cannot become a tensor (ragged, strings), float/bool ids, labels or positions;
             a ``pad_token_id``, ``label_pad_id`` or ``position_offset`` that is not an integer (ValueError: beyond
             int64); a pad value that is not a number (ValueError: outside its column's dtype).
@@ -250,8 +254,9 @@ def assemble_pack(
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
     pad_values = check_options(
-        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values
-    )
+        pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values,
+        pad_to=pad_to, alignment=alignment,
+    )  # fmt: skip
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
