@@ -96,7 +96,11 @@ class SampleRules:
         if ndim != 1:
             raise ValueError(
                 f"sample {index}: input_ids has shape {tuple(ids.shape)} ({ndim}-D); input_ids must be 1-D (L,) — "
-                + ("wrap a scalar as [id]" if ndim == 0 else "flatten it (ids.reshape(-1)) or drop the batch dim (ids[0])")
+                + (
+                    "wrap a scalar as [id]"
+                    if ndim == 0
+                    else "flatten it (ids.reshape(-1)) or drop the batch dim (ids[0])"
+                )
             )
         try:
             return len(ids)

@@ -140,13 +140,19 @@ class PackingStream(IterableDataset, SampleRules):
             raise ValueError(f"pad_to must be None or an integer >= 1 (tokens per pack), got {pad_to!r}")
         for name, value in (("alignment", alignment), ("pad_to", pad_to)):
             if value is not None and value > INT32_MAX:  # cu_seqlens are int32
-                raise ValueError(f"{name}={value} is over the limit {INT32_MAX} (int32 cu_seqlens); pass a smaller {name}")
+                raise ValueError(
+                    f"{name}={value} is over the limit {INT32_MAX} (int32 cu_seqlens); pass a smaller {name}"
+                )
         if pad_to is not None and pad_to > capacity:
             raise ValueError(
                 f"pad_to={pad_to} > capacity={capacity}: every pack would be padded over capacity; pass pad_to <= "
                 "capacity (or raise capacity to pad_to)"
             )
-        if isinstance(pad_token_id, (bool, np.bool_)) or not isinstance(pad_token_id, (int, np.integer)) or pad_token_id < 0:
+        if (
+            isinstance(pad_token_id, (bool, np.bool_))
+            or not isinstance(pad_token_id, (int, np.integer))
+            or pad_token_id < 0
+        ):
             raise ValueError(
                 f"pad_token_id must be an integer >= 0 (a token id; samples' ids are >= 0), got {pad_token_id!r}; "
                 "use your tokenizer's pad id"
