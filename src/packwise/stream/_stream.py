@@ -35,11 +35,11 @@ from ..plan import (
     plan_window,
     resolve_algorithm,
 )
+from ._options import check_padding
 from ._samples import _INPUT_IDS, SampleRules, one_dim
 from ._state import check_settings, settings_of
 
 OVERFLOW = OVERFLOW_POLICIES
-INT32_MAX = 2**31 - 1  # pad_to and alignment bound: cu_seqlens are int32
 POSITION = "stream_position"  # metadata key: per sequence, {"epoch", "window", "pack", "packs_in_window"}
 
 
@@ -128,35 +128,7 @@ class PackingStream(IterableDataset, SampleRules):
             raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if (
-            isinstance(alignment, (bool, np.bool_))
-            or not isinstance(alignment, (int, np.integer))
-            or not (1 <= alignment <= capacity)
-        ):
-            raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
-        if pad_to is not None and (
-            isinstance(pad_to, (bool, np.bool_)) or not isinstance(pad_to, (int, np.integer)) or pad_to < 1
-        ):
-            raise ValueError(f"pad_to must be None or an integer >= 1 (tokens per pack), got {pad_to!r}")
-        for name, value in (("alignment", alignment), ("pad_to", pad_to)):
-            if value is not None and value > INT32_MAX:  # cu_seqlens are int32
-                raise ValueError(
-                    f"{name}={value} is over the limit {INT32_MAX} (int32 cu_seqlens); pass a smaller {name}"
-                )
-        if pad_to is not None and pad_to > capacity:
-            raise ValueError(
-                f"pad_to={pad_to} > capacity={capacity}: every pack would be padded over capacity; pass pad_to <= "
-                "capacity (or raise capacity to pad_to)"
-            )
-        if (
-            isinstance(pad_token_id, (bool, np.bool_))
-            or not isinstance(pad_token_id, (int, np.integer))
-            or pad_token_id < 0
-        ):
-            raise ValueError(
-                f"pad_token_id must be an integer >= 0 (a token id; samples' ids are >= 0), got {pad_token_id!r}; "
-                "use your tokenizer's pad id"
-            )
+        check_padding(capacity, alignment=alignment, pad_to=pad_to, pad_token_id=pad_token_id)
         if overflow not in OVERFLOW:
             raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW)}")
         map_style = hasattr(source, "__len__") and hasattr(source, "__getitem__")
