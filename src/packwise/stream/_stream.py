@@ -92,7 +92,9 @@ class PackingStream(IterableDataset, SampleRules):
         ValueError: ``buffer_size < 1``, ``capacity < 1`` (numpy integers are taken; bools and floats are not),
             ``pad_to > capacity``, ``pad_to`` or ``alignment`` over ``2**31 - 1``, a negative ``pad_token_id``,
             an unknown overflow policy or algorithm; while iterating, a ``length_fn`` value that is not an int
-            ``>= 1``, under-reports, or over ``capacity`` disagrees with the sample's ``input_ids`` (all named).
+            ``>= 1``, under-reports, or over ``capacity`` disagrees with the sample's ``input_ids``; without
+            ``length_fn``, ``input_ids`` that are not 1-D or a sample whose ``["input_ids"]`` raises (all named).
+            A pack that fails to assemble leaves :meth:`state_dict` AT that pack: a resume raises again.
         TypeError: a source that is neither iterable nor callable, or an option the algorithm does not take.
 
     Example:
