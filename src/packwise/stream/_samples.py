@@ -189,11 +189,10 @@ def _is_count(value) -> bool:
 _PLAIN = frozenset((list, tuple))
 
 
-def one_dim(samples: list[Mapping]) -> bool:
-    """Whether every sample's ``input_ids`` is 1-D: one C-level pass over their types; an ``ndim`` check only
-    when some are not plain lists/tuples (arrays/tensors of shape ``(1, L)`` would have ``len`` 1)."""
-    ids = list(map(_INPUT_IDS, samples))
-    if _PLAIN.issuperset(map(type, ids)):
+def one_dim(ids: list) -> bool:
+    """Whether every sample's ``input_ids`` in ``ids`` is 1-D: one C-level pass over their types; an ``ndim`` check
+    only when some are not plain lists/tuples (arrays/tensors of shape ``(1, L)`` would have ``len`` 1)."""
+    if _PLAIN.issuperset(set(map(type, ids))):
         return True
     return all(map((1).__eq__, map(getattr, ids, repeat("ndim"), repeat(1))))
 

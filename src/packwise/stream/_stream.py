@@ -354,9 +354,11 @@ class PackingStream(IterableDataset, SampleRules):
             lengths = self._reported_lengths(samples, at)  # ints >= 1, checked without per-sample Python
         else:
             try:  # C-level maps: no per-sample Python frame
-                lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
-                if not one_dim(samples):  # (1, L) arrays have len 1: refuse them, named below
+                ids = list(map(_INPUT_IDS, samples))
+                lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+                if not one_dim(ids):  # (1, L) arrays have len 1: refuse them, named below
                     lengths = None
+                del ids
             except Exception:  # find and name the bad sample
                 lengths = None
             if lengths is None:
