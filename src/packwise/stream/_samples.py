@@ -4,6 +4,7 @@ without ``input_ids``, and the overflow policy (``truncate``/``split``/``drop``/
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -84,10 +85,29 @@ class SampleRules:
                 raise self._bad_count(index, value)
             return int(value)
         try:
-            return len(sample["input_ids"])
+            ids = sample["input_ids"]
         except (KeyError, TypeError) as e:
             raise ValueError(
                 f"sample {index} has no input_ids ({type(sample).__name__}); pass length_fn= for other samples"
+            ) from e
+        except Exception as e:  # the sample's own __getitem__ failed: name the sample
+            raise ValueError(f"sample {index}: reading its input_ids raised {type(e).__name__}: {e}") from e
+        ndim = getattr(ids, "ndim", 1)
+        if ndim != 1:
+            raise ValueError(
+                f"sample {index}: input_ids has shape {tuple(ids.shape)} ({ndim}-D); input_ids must be 1-D (L,) — "
+                + (
+                    "wrap a scalar as [id]"
+                    if ndim == 0
+                    else "flatten it (ids.reshape(-1)) or drop the batch dim (ids[0])"
+                )
+            )
+        try:
+            return len(ids)
+        except TypeError as e:
+            raise ValueError(
+                f"sample {index}: input_ids ({type(ids).__name__}) has no length; input_ids must be a 1-D sequence "
+                "(L,) of token ids, or pass length_fn="
             ) from e
 
     @property
@@ -164,6 +184,17 @@ def _is_count_type(t: type) -> bool:
 
 def _is_count(value) -> bool:
     return _is_count_type(type(value)) and 1 <= value <= _INT64_MAX
+
+
+_PLAIN = frozenset((list, tuple))
+
+
+def one_dim(ids: list) -> bool:
+    """Whether every sample's ``input_ids`` in ``ids`` is 1-D: one C-level pass over their types; an ``ndim`` check
+    only when some are not plain lists/tuples (arrays/tensors of shape ``(1, L)`` would have ``len`` 1)."""
+    if _PLAIN.issuperset(set(map(type, ids))):
+        return True
+    return all(map((1).__eq__, map(getattr, ids, repeat("ndim"), repeat(1))))
 
 
 def _ids(sample):

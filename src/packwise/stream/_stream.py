@@ -35,7 +35,8 @@ from ..plan import (
     plan_window,
     resolve_algorithm,
 )
-from ._samples import _INPUT_IDS, SampleRules
+from ._options import check_padding
+from ._samples import _INPUT_IDS, SampleRules, one_dim
 from ._state import check_settings, settings_of
 
 OVERFLOW = OVERFLOW_POLICIES
@@ -89,8 +90,11 @@ class PackingStream(IterableDataset, SampleRules):
 
     Raises:
         ValueError: ``buffer_size < 1``, ``capacity < 1`` (numpy integers are taken; bools and floats are not),
+            ``pad_to > capacity``, ``pad_to`` or ``alignment`` over ``2**31 - 1``, a negative ``pad_token_id``,
             an unknown overflow policy or algorithm; while iterating, a ``length_fn`` value that is not an int
-            ``>= 1``, under-reports, or over ``capacity`` disagrees with the sample's ``input_ids`` (all named).
+            ``>= 1``, under-reports, or over ``capacity`` disagrees with the sample's ``input_ids``; without
+            ``length_fn``, ``input_ids`` that are not 1-D or a sample whose ``["input_ids"]`` raises (all named).
+            A pack that fails to assemble leaves :meth:`state_dict` AT that pack: a resume raises again.
         TypeError: a source that is neither iterable nor callable, or an option the algorithm does not take.
 
     Example:
@@ -126,16 +130,7 @@ class PackingStream(IterableDataset, SampleRules):
             raise ValueError(f"capacity must be an integer >= 1 (tokens per pack), got {capacity!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if (
-            isinstance(alignment, (bool, np.bool_))
-            or not isinstance(alignment, (int, np.integer))
-            or not (1 <= alignment <= capacity)
-        ):
-            raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
-        if pad_to is not None and (
-            isinstance(pad_to, (bool, np.bool_)) or not isinstance(pad_to, (int, np.integer)) or pad_to < 1
-        ):
-            raise ValueError(f"pad_to must be None or an integer >= 1 (tokens per pack), got {pad_to!r}")
+        check_padding(capacity, alignment=alignment, pad_to=pad_to, pad_token_id=pad_token_id)
         if overflow not in OVERFLOW:
             raise ValueError(f"unknown overflow policy {overflow!r}; use one of {', '.join(OVERFLOW)}")
         map_style = hasattr(source, "__len__") and hasattr(source, "__getitem__")
@@ -257,11 +252,17 @@ class PackingStream(IterableDataset, SampleRules):
             left = iter(starts[first:] if first else starts)  # packs are sliced as they are emitted: none outlives
             packs = map(flat.__getitem__, map(slice, left, ends[first:] if first else ends))  # its use (C-level)
             self._cur = (window, count, left)  # the position is read off ``left`` (see ``_next``)
-            if self.assemble:
-                yield from map(self._emit, packs, itertools.repeat(window), itertools.count(first),
-                               itertools.repeat(count))  # fmt: skip
-            else:  # no per-pack Python: the packs are slices of the planned order
-                yield from packs
+            try:
+                if self.assemble:
+                    yield from map(self._emit, packs, itertools.repeat(window), itertools.count(first),
+                                   itertools.repeat(count))  # fmt: skip
+                else:  # no per-pack Python: the packs are slices of the planned order
+                    yield from packs
+            except GeneratorExit:  # closed at a yield: the yielded pack was delivered, the position is right
+                raise
+            except BaseException:  # raised making pack k: ``left`` already moved past it — point back AT it,
+                self._next = (window, count - left.__length_hint__() - 1)  # so a resume raises again
+                raise
             del flat, packs, left, samples, position  # not kept while the next window is read
             self._next = (window + 1, 0)
         if self._seen is not None and (start_window, start_pack) != (0, 0):  # a plain iterable: its size is now known
@@ -353,8 +354,14 @@ class PackingStream(IterableDataset, SampleRules):
             lengths = self._reported_lengths(samples, at)  # ints >= 1, checked without per-sample Python
         else:
             try:  # C-level maps: no per-sample Python frame
-                lengths = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
+                ids = list(map(_INPUT_IDS, samples))
+                lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+                if not one_dim(ids):  # (1, L) arrays have len 1: refuse them, named below
+                    lengths = None
+                del ids
             except Exception:  # find and name the bad sample
+                lengths = None
+            if lengths is None:
                 lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
             if lengths.size and lengths.min() < 1:
                 j = int(np.flatnonzero(lengths < 1)[0])
