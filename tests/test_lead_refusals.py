@@ -79,3 +79,18 @@ def test_a_negative_seed_in_a_config_is_refused_at_the_config_key():
     with pytest.raises(ValidationError, match=r"seed\n  Input should be greater than or equal to 0"):
         PackingConfig(seed=-1)
     assert PackingConfig(seed=0).seed == 0
+
+
+def test_the_loader_takes_numpy_integers_and_refuses_bools_by_name():
+    from packwise.stream import PackingLoader, PackingStream
+
+    stream = PackingStream([{"input_ids": [1, 2]}] * 4, capacity=4, buffer_size=4)
+    loader = PackingLoader(stream, batch_size=np.int64(2), num_workers=np.int32(0))
+    assert (type(loader.batch_size), loader.batch_size, loader.num_workers) == (int, 2, 0)
+    assert [b["input_ids"].numel() for b in loader] == [8]  # one batch of the 2 packs (THD row)
+    with pytest.raises(
+        ValueError, match=r"^num_workers must be an integer >= 0 \(DataLoader worker processes\), got True$"
+    ):
+        PackingLoader(stream, batch_size=2, num_workers=True)
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 1, got 2.0$"):
+        PackingLoader(stream, batch_size=2.0)

@@ -48,10 +48,12 @@ class PackingLoader:
     ) -> None:
         if not stream.assemble:
             raise ValueError("PackingLoader needs PackingStream(assemble=True)")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        b, w = _int(batch_size), _int(num_workers)  # numpy ints are ints; bools, floats and strings are not
+        if b is None or b < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        if w is None or w < 0:
             raise ValueError(f"num_workers must be an integer >= 0 (DataLoader worker processes), got {num_workers!r}")
+        batch_size, num_workers = b, w
         self.stream, self.batch_size, self.num_workers = stream, batch_size, num_workers
         self.collate_fn, self.drop_last_batch, self.kwargs = collate_fn, drop_last_batch, dataloader_kwargs
         self._next = (stream.state_dict()["window"], stream.state_dict()["pack"])
@@ -104,3 +106,13 @@ class PackingLoader:
                     batch = []
         if batch and not self.drop_last_batch:
             yield self.collate_fn(batch)
+
+
+def _int(value) -> int | None:
+    """``value`` as a Python int when it is an integer (int, numpy int), else None (bool, float, str...)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        return None
+    try:
+        return value.__index__()
+    except TypeError:
+        return None
