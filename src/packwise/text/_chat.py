@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import numpy as np
@@ -144,8 +143,7 @@ def _encode_chats(
     backend = tokenizer.backend_tokenizer
     out: list[tuple[np.ndarray, np.ndarray]] = []
     with_reply, first_with_reply = 0, None  # conversations with an assistant turn that carries loss
-
-    def render(lo: int):
+    for lo in range(0, len(chats), batch_size):
         batch = [list(c) for c in chats[lo : lo + batch_size]]
         if marked:
             texts, spans = _render(batch, template, kwargs, spans=True)
@@ -156,38 +154,25 @@ def _encode_chats(
                 if loss_on == "assistant"
                 else [[] for _ in batch]
             )
-        return batch, texts, spans
-
-    # A pipeline: encode_batch (Rust, its own thread pool, the GIL released) of batch k runs in a worker thread
-    # while this thread renders batch k+1 and builds batch k's masks; one encode in flight at a time.
-    starts = range(0, len(chats), batch_size)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        nxt = render(0) if len(chats) else None
-        pending = pool.submit(backend.encode_batch, nxt[1], add_special_tokens=False) if nxt else None
-        for lo in starts:
-            batch, _, spans = nxt
-            nxt = render(lo + batch_size) if lo + batch_size < len(chats) else None
-            encodings = pending.result()
-            pending = pool.submit(backend.encode_batch, nxt[1], add_special_tokens=False) if nxt else None
-            for j, enc in enumerate(encodings):
-                ids = np.asarray(enc.ids, dtype=np.int32)
-                mask = np.zeros(ids.shape[0], dtype=bool)
-                if loss_on == "all":
-                    mask[:] = True
-                else:
-                    skip = skip_assistant_turns[lo + j] if skip_assistant_turns is not None else 0
-                    for start, end in list(spans[j])[skip:]:
-                        span = _token_span(enc, start, end) if end > start else None
-                        if span is not None:
-                            mask[span[0] : span[1]] = True
-                    if sum(m.get("role") == "assistant" for m in batch[j]) > skip:
-                        with_reply += 1
-                        first_with_reply = lo + j if first_with_reply is None else first_with_reply
-                        if mask.any():
-                            with_reply = -len(chats) - 1  # found one: the template marks assistant tokens
-                out.append((ids, mask))
-            if progress is not None:
-                progress(len(batch))
+        for j, enc in enumerate(backend.encode_batch(texts, add_special_tokens=False)):
+            ids = np.asarray(enc.ids, dtype=np.int32)
+            mask = np.zeros(ids.shape[0], dtype=bool)
+            if loss_on == "all":
+                mask[:] = True
+            else:
+                skip = skip_assistant_turns[lo + j] if skip_assistant_turns is not None else 0
+                for start, end in list(spans[j])[skip:]:
+                    span = _token_span(enc, start, end) if end > start else None
+                    if span is not None:
+                        mask[span[0] : span[1]] = True
+                if sum(m.get("role") == "assistant" for m in batch[j]) > skip:
+                    with_reply += 1
+                    first_with_reply = lo + j if first_with_reply is None else first_with_reply
+                    if mask.any():
+                        with_reply = -len(chats) - 1  # found one: the template marks assistant tokens
+            out.append((ids, mask))
+        if progress is not None:
+            progress(len(batch))
     if with_reply > 0:
         raise ValueError(
             f"the chat template marks no assistant tokens in any of the {with_reply} conversations with assistant "
