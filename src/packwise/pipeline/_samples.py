@@ -32,7 +32,7 @@ def _chat(row: dict, key: str, where: str) -> list[dict]:
             raise BadRow(where, f"{key}[{j}].role", f"= {m.get('role')!r} is not one of {', '.join(ROLES)}")
         if m.get("tool_calls") or m.get("function_call"):  # null / [] (a Parquet struct's unused field) is none
             m = msgs[j] = _tool_calls(m, f"{key}[{j}]", where)
-        if isinstance(m.get("content"), str):
+        if isinstance(m.get("content"), str) and not m["content"].isascii():  # ASCII: valid (a flag read)
             try:
                 m["content"].encode("utf-8")
             except UnicodeEncodeError as e:
@@ -253,6 +253,8 @@ def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], refs: list
     allowed = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
     allowed += ("<|video_pad|>",) if any(is_video(r) for r in refs) else ()
     bad = [i for i, t in vision_ids.items() if t not in allowed]
+    if not bad or not ids.shape[0] or ids.max() < min(bad):  # one reduction instead of a test per id
+        return
     hit = np.isin(ids, bad)
     if not hit.any():
         return

@@ -62,10 +62,16 @@ def _prefix_spans(chat: list[dict], text: str, template: str, kwargs: dict, wher
 
 
 def _token_span(enc, start: int, end: int) -> tuple[int, int] | None:
-    t0 = next((t for c in range(start, end) if (t := enc.char_to_token(c)) is not None), None)
+    """Tokens ``[t0, t1)`` covering the characters ``[start, end)``: from the first character inside a token to
+    the last (usually the span's own ends, tried first without building a generator)."""
+    t0 = enc.char_to_token(start)
     if t0 is None:
-        return None
-    t1 = next(t for c in range(end - 1, start - 1, -1) if (t := enc.char_to_token(c)) is not None)
+        t0 = next((t for c in range(start + 1, end) if (t := enc.char_to_token(c)) is not None), None)
+        if t0 is None:
+            return None
+    t1 = enc.char_to_token(end - 1)
+    if t1 is None:
+        t1 = next(t for c in range(end - 2, start - 1, -1) if (t := enc.char_to_token(c)) is not None)
     return t0, t1 + 1
 
 
