@@ -101,14 +101,7 @@ class Report:
         self.say("\n| figure | value | baseline (same run) | ratio | target | met |")
         self.say("|---|---:|---|---:|---|---|")
         for f in self.figures:
-            base = f"{f['baseline']}: {_fmt(f['baseline_value'])}" if f["baseline"] else "–"
-            met = {True: "yes", False: "**no**", None: "–"}[f["pass"]]
-            ratio = _fmt(f["ratio"]) if f["ratio"] is not None else "–"
-            spread = f" ({_fmt(f['spread'][0])}–{_fmt(f['spread'][1])})" if f.get("spread") else ""
-            self.say(
-                f"| {f['figure']} | {_fmt(f['value'])} {f['unit']}{spread} | {base} | {ratio} "
-                f"| {f['target'] or '–'} | {met} |"
-            )
+            self.say(table_row(f))
         for n in self.notes:
             self.say(f"\n{n}")
 
@@ -130,6 +123,17 @@ class Report:
                     indent=2,
                 )
             )
+
+
+def table_row(f: dict) -> str:
+    """One figure as a markdown row: figure | value (spread) | baseline | ratio | target | met."""
+    base = f"{f['baseline']}: {_fmt(f['baseline_value'])}" if f["baseline"] else "–"
+    met = {True: "yes", False: "**no**", None: "–"}[f["pass"]]
+    ratio = _fmt(f["ratio"]) if f["ratio"] is not None else "–"
+    spread = f" ({_fmt(f['spread'][0])}–{_fmt(f['spread'][1])})" if f.get("spread") else ""
+    return (
+        f"| {f['figure']} | {_fmt(f['value'])} {f['unit']}{spread} | {base} | {ratio} | {f['target'] or '–'} | {met} |"
+    )
 
 
 def machine() -> dict:

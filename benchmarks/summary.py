@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from _harness import _fmt, machine
+from _harness import _fmt, machine, table_row
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHES = ("plan", "assemble", "stream", "cli", "train", "plan_histogram", "ray", "ray_scaling")
@@ -46,16 +46,6 @@ def run(bench: str, repeat: int) -> dict:
     return out
 
 
-def _row(f: dict) -> str:
-    spread = f" ({_fmt(f['spread'][0])}–{_fmt(f['spread'][1])})" if f.get("spread") else ""
-    base = f"{f['baseline']}: {_fmt(f['baseline_value'])}" if f["baseline"] else "–"
-    ratio = _fmt(f["ratio"]) if f["ratio"] is not None else "–"
-    met = {True: "yes", False: "**no**", None: "–"}[f["pass"]]
-    return (
-        f"| {f['figure']} | {_fmt(f['value'])} {f['unit']}{spread} | {base} | {ratio} | {f['target'] or '–'} | {met} |"
-    )
-
-
 def header(results: list[dict]) -> str:
     m = results[0]["machine"]
     loads = [r["machine"].get("loadavg_1m") for r in results if r["machine"].get("loadavg_1m") is not None]
@@ -74,7 +64,7 @@ def bench_section(results: list[dict]) -> str:
         figs = [f for f in r["figures"] if f["target"] or f["baseline"]]
         lines += [f"**{r['benchmark']}** — `{r['command']}` ({r['wall_s']} s)", ""]
         lines += ["| figure | value | baseline (same run) | ratio | target | met |", "|---|---:|---|---:|---|---|"]
-        lines += [_row(f) for f in figs] + [""]
+        lines += [table_row(f) for f in figs] + [""]
     return "\n".join([*lines, END])
 
 

@@ -8,7 +8,7 @@ from ._batch import BATCH_KEYS, HF_KEYS, MEDIA_KEYS, NON_TOKEN_KEYS, PackedBatch
 from ._collate import EMIT, Layout, collate_packs  # noqa: F401
 from ._collator import PackCollator
 from ._columns import RESERVED  # noqa: F401
-from ._cp import cp_indices, shard_for_context_parallel, unshard_context_parallel  # noqa: F401
+from ._cp import as_int, cp_indices, shard_for_context_parallel, unshard_context_parallel  # noqa: F401
 from ._flatten import flatten_padded_batch
 from ._fused import assemble_batch
 from ._labels import Labels, shift_labels, unshift_labels  # noqa: F401

@@ -18,7 +18,7 @@ from ._batch import NON_TOKEN_KEYS, PackedBatch
 from ._labels import shift_labels
 
 
-def _as_int(value):
+def as_int(value) -> int | None:
     """A Python int from an int, numpy integer or one-element integer tensor (``operator.index``), else None."""
     if isinstance(value, bool):
         return None
@@ -31,10 +31,10 @@ def _as_int(value):
 
 
 def _check(cp_size, cp_rank=None) -> tuple[int, int | None]:
-    size = _as_int(cp_size)
+    size = as_int(cp_size)
     if size is None or size < 1:
         raise ValueError(f"cp_size must be an integer >= 1, got {cp_size!r}")
-    rank = None if cp_rank is None else _as_int(cp_rank)
+    rank = None if cp_rank is None else as_int(cp_rank)
     if cp_rank is not None and (rank is None or not 0 <= rank < size):
         raise ValueError(f"cp_rank must be an integer in [0, {size}), got {cp_rank!r}")
     return size, rank

@@ -180,13 +180,9 @@ def varlen_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     softcap = float(softcap) if softcap else None
     if window is not None:  # an int or a numpy int; not a bool, float or string
-        why = f"window={window!r} is a {type(window).__name__}; give an integer (tokens) or None"
-        if isinstance(window, bool):
-            raise TypeError(why)
-        try:
-            window = operator.index(window)
-        except TypeError:
-            raise TypeError(why) from None
+        if (n := _index(window)) is None:
+            raise TypeError(f"window={window!r} is a {type(window).__name__}; give an integer (tokens) or None")
+        window = n
     if window is not None and (window < 1 or not causal):
         raise ValueError(f"window {window}: a sliding window must be >= 1 tokens and causal")
     if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
@@ -228,13 +224,19 @@ def varlen_attention(
     return _flex(q, k, v, cu_q, cu_k, causal, scale, window)
 
 
-def _max_seqlen(name: str, value) -> int:
-    """An int >= 1 (Python, numpy or a one-element integer tensor); bools, floats and 0 are refused."""
+def _index(value) -> int | None:
+    """``value`` as an int (Python, numpy or a one-element integer tensor), else None (bool, float, str...)."""
+    if isinstance(value, bool):
+        return None
     try:
-        n = operator.index(value) if not isinstance(value, bool) else None
+        return operator.index(value)
     except TypeError:
-        n = None
-    if n is None or n < 1:
+        return None
+
+
+def _max_seqlen(name: str, value) -> int:
+    """An int >= 1; bools, floats and 0 are refused."""
+    if (n := _index(value)) is None or n < 1:
         raise ValueError(f"{name}={value!r} must be an integer >= 1 (tokens of the longest document)")
     return n
 

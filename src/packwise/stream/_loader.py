@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from torch.utils.data import DataLoader
 
-from ..assemble import collate_packs
+from ..assemble import as_int, collate_packs
 from ._stream import POSITION, PackingStream
 
 
@@ -48,7 +48,7 @@ class PackingLoader:
     ) -> None:
         if not stream.assemble:
             raise ValueError("PackingLoader needs PackingStream(assemble=True)")
-        b, w = _int(batch_size), _int(num_workers)  # numpy ints are ints; bools, floats and strings are not
+        b, w = as_int(batch_size), as_int(num_workers)  # numpy ints are ints; bools, floats and strings are not
         if b is None or b < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if w is None or w < 0:
@@ -106,13 +106,3 @@ class PackingLoader:
                     batch = []
         if batch and not self.drop_last_batch:
             yield self.collate_fn(batch)
-
-
-def _int(value) -> int | None:
-    """``value`` as a Python int when it is an integer (int, numpy int), else None (bool, float, str...)."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        return None
-    try:
-        return value.__index__()
-    except TypeError:
-        return None
