@@ -447,3 +447,41 @@ def test_spill_round_trip(on, tmp_path):
     assert sorted(p.name for p in spill.iterdir() if p.is_file()) == ["piece-0000004.npy"]
     _ray_spill.remove(root)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pieces_tokenized_by_different_tokenizers_are_refused(rows, tmp_path, monkeypatch):
+    """Every piece reports its own tokenizer fingerprint (real Ray workers); a run whose pieces disagree — nodes
+    that load different tokenizer files — raises naming both, and writes nothing."""
+    from packwise.text import load_tokenizer, tokenizer_fingerprint
+
+    seen = []
+    real = ray_engine.tokenize_pieces
+
+    def one_node_differs(*args, **kwargs):
+        stats, jobs = real(*args, **kwargs)
+        seen.extend(s.tokenizer for s in stats)
+        if len(stats) > 1:
+            stats[-1].tokenizer = ("other", "0123456789abcdef")
+        return stats, jobs
+
+    monkeypatch.setattr(ray_engine, "tokenize_pieces", one_node_differs)
+    with pytest.raises(ValueError) as err:
+        pack_ray(rows, tmp_path / "ray", capacity=1024)
+    want = tokenizer_fingerprint(load_tokenizer("qwen2.5"))
+    assert len(seen) > 1 and set(seen) == {("qwen2.5", want)}  # every piece's own, all the same here
+    assert f"piece 0 was tokenized by qwen2.5 (fingerprint {want}) but piece {len(seen) - 1} by other" in str(err.value)
+    assert "the Ray workers loaded different tokenizers" in str(err.value)
+    assert not (tmp_path / "ray").exists()
+
+
+def test_check_tokenizers_names_the_first_disagreeing_piece():
+    from packwise.integrations._ray_driver import _check_tokenizers
+    from packwise.integrations._ray_workers import PieceStats
+
+    same = [PieceStats(tokenizer=("t", "a" * 16)), PieceStats(), PieceStats(tokenizer=("t", "a" * 16))]
+    _check_tokenizers(same, "in.jsonl")  # pieces without a tokenizer (nothing read) do not count
+    differ = [*same, PieceStats(tokenizer=("t", "b" * 16))]
+    with pytest.raises(
+        ValueError, match=r"^in.jsonl: piece 0 was tokenized by t \(fingerprint a{16}\) but piece 3 by t"
+    ):
+        _check_tokenizers(differ, "in.jsonl")

@@ -34,7 +34,7 @@ def _stats_batch(batch: dict, *, pieces: list, options: PackOptions, jobs: list[
     their :class:`PieceStats`, pickled (a few KB each)."""
     out = []
     for i in batch["piece"].tolist():
-        stats, samples, lengths = _tokenize(*pieces[i], options, jobs[i], i == 0)
+        stats, samples, lengths = _tokenize(*pieces[i], options, jobs[i])
         if jobs[i].keep_lengths and lengths is not None:
             stats.lengths = lengths
         if jobs[i].spill is not None and samples is not None:

@@ -20,6 +20,7 @@ def _check(stats: list[PieceStats], name: str, skip: bool) -> tuple[PieceCounts,
         raise ValueError(errors[0][3])
     if fatal is not None:
         raise ValueError(fatal)
+    _check_tokenizers(stats, name)
     counts = sum((s.counts for s in stats), PieceCounts())
     check_rows(name, counts)
     too_long = next((s.too_long for s in stats if s.too_long), None)
@@ -33,6 +34,22 @@ def _check(stats: list[PieceStats], name: str, skip: bool) -> tuple[PieceCounts,
         )
     in_rows = sorted({(i, row, msg) for _, i, row, msg in errors})  # pieces are in input order
     return counts, [msg for *_, msg in in_rows[:5]]
+
+
+def _check_tokenizers(stats: list[PieceStats], name: str) -> None:
+    """Refuse a run whose pieces were tokenized by different tokenizers (workers on nodes that load different
+    files or package versions): one output must come from one tokenizer, the one its report names."""
+    first: dict[tuple, int] = {}
+    for i, s in enumerate(stats):
+        if s.tokenizer is not None:
+            first.setdefault(tuple(s.tokenizer), i)
+    if len(first) > 1:
+        (a, i), (b, j) = list(first.items())[:2]
+        raise ValueError(
+            f"{name}: piece {i} was tokenized by {a[0]} (fingerprint {a[1]}) but piece {j} by {b[0]} (fingerprint "
+            f"{b[1]}); the Ray workers loaded different tokenizers — give every node the same tokenizer files (a "
+            "directory every node sees) and the same tokenizers/transformers versions, or use the local engine"
+        )
 
 
 def _plan(stats: list[PieceStats], options: PackOptions):

@@ -54,7 +54,7 @@ class PieceStats:
     errors: list = field(default_factory=list)  # (rank, row, message) of the first 5 bad rows
     fatal: str | None = None  # the input as a whole is unusable (a bad tokenizer, a column of the wrong type)
     too_long: str | None = None  # overflow="error" met a long sample
-    tokenizer: tuple | None = None  # (name, fingerprint), from the first piece
+    tokenizer: tuple | None = None  # (name, fingerprint) of the tokenizer this piece was tokenized with
     digest: int = 0
     hist: tuple = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (lengths, counts) after overflow
     columns: dict = field(default_factory=dict)  # per-token column -> dtype
@@ -87,7 +87,22 @@ def _row_digest(raw) -> int:
     return total
 
 
-def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, first: bool):
+#: The last ``(tokenizer, template, (name, fingerprint))`` this worker process computed: a worker tokenizes many
+#: pieces with the same (cached) tokenizer, and a fingerprint hashes the whole serialised tokenizer.
+_LAST_INFO: list = [object(), None, None]
+
+
+def _tokenizer_info(tok, template: str | None) -> tuple:
+    """``(name, fingerprint)`` of ``tok`` with ``template``, each piece's own (the driver compares them: nodes
+    that load different tokenizer files are refused, not mixed); computed once per tokenizer object."""
+    last_tok, last_template, info = _LAST_INFO
+    if tok is not last_tok or template != last_template:
+        info = tokenizer_info(tok, template)
+        _LAST_INFO[:] = [tok, template, info]
+    return info
+
+
+def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob):
     """Worker: one piece through the pipeline's read, tokenize and overflow steps.
 
     Returns ``(stats, samples, lengths)``: ``stats`` is a small :class:`PieceStats`; ``samples`` (sources
@@ -106,8 +121,7 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob, 
         if job.digest_rows:
             stats.digest = _row_digest(raw)
         tok = load_tokenizer_for(job.kind, options)
-        if first:
-            stats.tokenizer = tokenizer_info(tok, job.template)
+        stats.tokenizer = _tokenizer_info(tok, job.template)
         samples, skipped = tokenize(raw, tok, job.template, options, skip_bad_rows=True, extra_names=job.extra_names)
         if job.kind == "tokens":
             stats.first_columns = sorted(samples.columns) if samples.num_sequences else None
