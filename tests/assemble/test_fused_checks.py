@@ -60,9 +60,13 @@ def test_label_probes_exact_values():
     ids = np.array([3, 4, 5, 9, 6, 7, 8])  # rows [0, 3), [3, 4) (1 token), [4, 7)
     start, stop = np.array([0, 3, 4]), np.array([3, 4, 7])
     assert rows_look_shifted(np.array([4, 5, -100, 9, 7, 8, -100]), ids, start, stop, -100)  # every row shifted
-    assert not rows_look_shifted(ids.copy(), ids, start, stop, -100)  # HF: cleared at each row's first position
-    masked = np.array([-100, 4, 5, 9, -100, 7, 8])  # prompt-masked HF: cleared at the second-to-last position
+    assert not rows_look_shifted(ids.copy(), ids, start, stop, -100)  # HF: cleared at each row's second-to-last
+    masked = np.array([-100, 4, 5, 9, -100, 7, 8])  # prompt-masked HF: cleared at the second-to-last position too
     assert not rows_look_shifted(masked, ids, start, stop, -100)
+    # the last target is the next token, the first is not: left by the first probe, cleared by the second
+    assert not rows_look_shifted(np.array([9, 5, -100, 9, 1, 8, -100]), ids, start, stop, -100)
+    # the first target is the next token, the last is not: cleared by the first probe
+    assert not rows_look_shifted(np.array([4, 1, -100, 9, 7, 1, -100]), ids, start, stop, -100)
     one = np.array([7])  # a lone 1-token row: no target, never shifted
     assert not rows_look_shifted(one, one, np.array([0]), np.array([1]), -100)
 
