@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packwise.assemble import _fused as fused_module
 from packwise.assemble import assemble_batch
 from packwise.assemble._fused_checks import _rows_look_shifted_exact, labels_refused, rows_look_shifted
 from packwise.assemble._options import check_options, plain_options
@@ -69,6 +70,33 @@ def test_label_probes_exact_values():
     assert not rows_look_shifted(np.array([4, 1, -100, 9, 7, 1, -100]), ids, start, stop, -100)
     one = np.array([7])  # a lone 1-token row: no target, never shifted
     assert not rows_look_shifted(one, one, np.array([0]), np.array([1]), -100)
+
+
+@pytest.mark.parametrize("multiple", [1, 4])
+@pytest.mark.parametrize(
+    "labels",
+    [[5], [9, 3, -100, 8, -100]],  # a lone 1-token row; 1-token rows first and last around a 3-token row
+)
+def test_label_probe_edges_through_the_library(labels, multiple):
+    """The second-to-last probe of a first 1-token row lands on the batch's last position, of a one-token
+    batch nowhere: the fused path answers as the two-step path, on the fused path."""
+    n = len(labels)
+    ids = torch.tensor([5, 3, 9, 8, 7][:n])
+    if n == 1:
+        packs = [[{"input_ids": ids, "labels": torch.tensor(labels)}]]
+    else:  # rows [0, 1), [1, 4) (its second-to-last label the pad: left by the first probe), [4, 5)
+        packs = [[{"input_ids": ids[:1], "labels": torch.tensor(labels[:1])}],
+                 [{"input_ids": ids[1:4], "labels": torch.tensor(labels[1:4])},
+                  {"input_ids": ids[4:], "labels": torch.tensor(labels[4:])}]]  # fmt: skip
+    answered = []
+    orig = fused_module._fast_thd
+    try:
+        fused_module._fast_thd = lambda *a: answered.append(out := orig(*a)) or out
+        got = assemble_batch(packs, pad_to_multiple_of=multiple)
+    finally:
+        fused_module._fast_thd = orig
+    assert answered[0] is not None
+    assert_same(got, reference(packs, pad_to_multiple_of=multiple))
 
 
 _VALUES = st.one_of(
