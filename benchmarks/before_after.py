@@ -1,6 +1,7 @@
 """Before/after: run benchmarks against two revisions of packwise, alternating, and compare every figure.
 
     python benchmarks/before_after.py --base 890fe1d [--benches assemble,stream,plan] [--repeat 3] [--full]
+        [--bench-args '--labels hf']
 
 The benchmark scripts of the working tree run against ``src/`` of ``--base`` (extracted with ``git archive``)
 and against the working tree's ``src/``, alternating base/head ``--repeat`` times (``--quick`` unless
@@ -31,9 +32,10 @@ def extract(rev: str, dest: Path) -> Path:
     return dest / "src"
 
 
-def run(bench: str, src: Path, full: bool) -> dict:
+def run(bench: str, src: Path, full: bool, extra: list[str] = ()) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, str(ROOT / "benchmarks" / f"bench_{bench}.py"), "--json", *([] if full else ["--quick"])]
+    cmd += extra
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode:
         sys.exit(f"bench_{bench} failed against {src}:\n{proc.stderr[-3000:]}")
@@ -47,6 +49,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bench-args", default="", help="more arguments for every bench script, e.g. '--labels hf'")
     args = ap.parse_args()
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,7 +57,7 @@ def main() -> None:
         for bench in args.benches.split(","):
             for _ in range(args.repeat):
                 for side, src in (("base", base_src), ("head", ROOT / "src")):
-                    for f in run(bench, src, args.full)["figures"]:
+                    for f in run(bench, src, args.full, args.bench_args.split())["figures"]:
                         key = (bench, f["figure"])
                         results.setdefault(key, {"base": [], "head": []})[side].append(f)
     rows = []

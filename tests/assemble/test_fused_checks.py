@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packwise.assemble import _fused as fused_module
 from packwise.assemble import assemble_batch
 from packwise.assemble._fused_checks import _rows_look_shifted_exact, labels_refused, rows_look_shifted
 from packwise.assemble._options import check_options, plain_options
@@ -60,11 +61,42 @@ def test_label_probes_exact_values():
     ids = np.array([3, 4, 5, 9, 6, 7, 8])  # rows [0, 3), [3, 4) (1 token), [4, 7)
     start, stop = np.array([0, 3, 4]), np.array([3, 4, 7])
     assert rows_look_shifted(np.array([4, 5, -100, 9, 7, 8, -100]), ids, start, stop, -100)  # every row shifted
-    assert not rows_look_shifted(ids.copy(), ids, start, stop, -100)  # HF: cleared at each row's first position
-    masked = np.array([-100, 4, 5, 9, -100, 7, 8])  # prompt-masked HF: cleared at the second-to-last position
+    assert not rows_look_shifted(ids.copy(), ids, start, stop, -100)  # HF: cleared at each row's second-to-last
+    masked = np.array([-100, 4, 5, 9, -100, 7, 8])  # prompt-masked HF: cleared at the second-to-last position too
     assert not rows_look_shifted(masked, ids, start, stop, -100)
+    # the last target is the next token, the first is not: left by the first probe, cleared by the second
+    assert not rows_look_shifted(np.array([9, 5, -100, 9, 1, 8, -100]), ids, start, stop, -100)
+    # the first target is the next token, the last is not: cleared by the first probe
+    assert not rows_look_shifted(np.array([4, 1, -100, 9, 7, 1, -100]), ids, start, stop, -100)
     one = np.array([7])  # a lone 1-token row: no target, never shifted
     assert not rows_look_shifted(one, one, np.array([0]), np.array([1]), -100)
+
+
+@pytest.mark.parametrize("multiple", [1, 4])
+@pytest.mark.parametrize(
+    "labels",
+    [[5], [9, 3, -100, 8, -100]],  # a lone 1-token row; 1-token rows first and last around a 3-token row
+)
+def test_label_probe_edges_through_the_library(labels, multiple):
+    """The second-to-last probe of a first 1-token row lands on the batch's last position, of a one-token
+    batch nowhere: the fused path answers as the two-step path, on the fused path."""
+    n = len(labels)
+    ids = torch.tensor([5, 3, 9, 8, 7][:n])
+    if n == 1:
+        packs = [[{"input_ids": ids, "labels": torch.tensor(labels)}]]
+    else:  # rows [0, 1), [1, 4) (its second-to-last label the pad: left by the first probe), [4, 5)
+        packs = [[{"input_ids": ids[:1], "labels": torch.tensor(labels[:1])}],
+                 [{"input_ids": ids[1:4], "labels": torch.tensor(labels[1:4])},
+                  {"input_ids": ids[4:], "labels": torch.tensor(labels[4:])}]]  # fmt: skip
+    answered = []
+    orig = fused_module._fast_thd
+    try:
+        fused_module._fast_thd = lambda *a: answered.append(out := orig(*a)) or out
+        got = assemble_batch(packs, pad_to_multiple_of=multiple)
+    finally:
+        fused_module._fast_thd = orig
+    assert answered[0] is not None
+    assert_same(got, reference(packs, pad_to_multiple_of=multiple))
 
 
 _VALUES = st.one_of(

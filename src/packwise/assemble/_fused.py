@@ -28,7 +28,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
-from ._fused_checks import labels_refused, mask_refused, next_tokens, rows_look_shifted
+from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
 from ._options import MAX_TOKENS, check_fill, check_options, plain_options
 from ._pack import assemble_pack
@@ -228,7 +228,11 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         ids_np = input_ids.numpy()
         if int(_MIN(ids_np)) < 0:
             return None  # a negative id: the two-step path names it (assemble_pack's validate_values)
-        nxt = next_tokens(ids_np, seq_start) if "labels" in cols else None  # (while ids is in cache)
+        if "labels" in cols and width > 1:  # the label-convention probe: each row's second-to-last position
+            probe = lay.seq_stop - 2
+            nxt = ids_np[1:][probe]  # (gathered while ids is in cache; the row's last token)
+        else:
+            probe = nxt = None  # (one 1-token row: no target, rows_look_shifted stops at once)
     elif int(input_ids.min()) < 0:
         return None
     negative = False
@@ -238,7 +242,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
             return None  # (the two-step path flattens such labels)
         if cpu:
             lab_np = labels.numpy()
-            got = lab_np[seq_start]  # (right after the copy, while it is in cache)
+            got = None if probe is None else lab_np[probe]  # (right after the copy, while it is in cache)
             low = int(_MIN(lab_np[:total] if extra else lab_np))
             negative = low < 0  # none (random labels): masking adds only the pad; HF labels hold -100
             if rows_look_shifted(lab_np, ids_np, seq_start, lay.seq_stop, label_pad_id, nxt, got):

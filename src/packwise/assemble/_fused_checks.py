@@ -51,8 +51,7 @@ def labels_refused(lab: np.ndarray | torch.Tensor, pad: int, low: int | None = N
 
 def next_tokens(ids: np.ndarray, start: np.ndarray) -> np.ndarray:
     """``(N,)`` ``ids[start + 1]``, the token after each row's first (clipped at the end: a last 1-token row's is
-    its own, and such a row is never a candidate) — gathered right after ``ids`` is written, while it is in cache
-    (gathered later, after the labels' copy, the ``2 N`` scattered reads cost several times more)."""
+    its own, and such a row is never a candidate)."""
     return ids[1:].take(start, mode="clip") if ids.shape[0] > 1 else ids.take(start)
 
 
@@ -68,17 +67,18 @@ def rows_look_shifted(
     """Whether some ``labels``-only row looks Megatron-shifted (``labels[t] == input_ids[t+1]`` at every
     target): the two-step path's per-row check (``assemble._labels._check_hf_rows``) over the whole batch.
 
-    ``lab``/``ids``: the batch's ``(T,)`` int64 labels (before boundary masking) and ids; row ``i`` is
-    ``[start[i], stop[i])``, at least one token; ``nxt``: :func:`next_tokens` of ``ids``, ``got``: ``lab[start]``
-    (each computed when None; the caller gathers them right after writing each column, while it is in cache).
+    ``lab``/``ids``: the batch's ``(T,)`` int64 labels (before boundary masking) and ids, ``T >= 2`` for
+    ``nxt``; row ``i`` is ``[start[i], stop[i])``, at least one token; ``nxt``: ``ids[1:][stop - 2]`` (each
+    row's last token), ``got``: ``lab[stop - 2]`` (each computed when None; the caller gathers them right after
+    writing each column, while it is in cache).
 
     A row is cleared as soon as one of its targets (a label that is not ``pad``, before its last token) is
-    not the next token. First each row's first position is tested (one gather of ``N`` labels and ``N`` ids):
-    random labels and HF labels (the token itself, ``ids[t] != ids[t+1]``) clear there; a 1-token row has no
-    target and is never shifted, so clearing it on its neighbour's token is right. Rows left (prompt-masked
-    HF labels: their first label is the pad) are probed at their second-to-last position, where the reply
-    ends; only when some row is still left does the exact test read the whole batch
-    (:func:`_rows_look_shifted_exact`).
+    not the next token. First each row's second-to-last position is tested, where a reply ends (one gather of
+    ``N`` labels and ``N`` ids): random labels, HF labels (the token itself, ``ids[t] != ids[t+1]``) and
+    prompt-masked HF labels clear there. A 1-token row has no target and is never shifted, so its probe may
+    land anywhere (on the previous row's last token; the batch's last for a first row): cleared or left, both
+    are right. Rows left are probed at their first position; only when some row is still left does the exact
+    test read the whole batch (:func:`_rows_look_shifted_exact`).
 
     Example:
         >>> ids = np.array([5, 6, 7, 8]); start, stop = np.array([0]), np.array([4])
@@ -90,17 +90,18 @@ def rows_look_shifted(
     n = start.shape[0]
     if lab.shape[0] < 2:
         return False  # one 1-token row: no target
-    if got is None:
-        got = lab[start]  # (int64 indices: numpy's fancy indexing is several times slower with int32)
-    off = got != (next_tokens(ids, start) if nxt is None else nxt)
+    if got is None or nxt is None:
+        probe = stop - 2  # (int64 indices: numpy's fancy indexing is several times slower with int32)
+        got, nxt = lab[probe], ids[1:][probe]
+    off = got != nxt
     off &= got != pad
     if _COUNT(off) == n:
         return False
-    last = stop[~off] - 2  # the left rows' last position with a next token (start - 1 for a 1-token row: its
-    got = lab[last]  # probe lands on the previous row, and the row is cleared or left to the exact test, both right)
-    off = got != ids[last + 1]
+    first = start[~off]  # the rows left: their first position
+    got = lab[first]
+    off = got != next_tokens(ids, first)
     off &= got != pad
-    if _COUNT(off) == last.shape[0]:
+    if _COUNT(off) == first.shape[0]:
         return False
     return _rows_look_shifted_exact(lab, ids, start, stop - start, pad)
 
