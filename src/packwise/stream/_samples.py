@@ -146,6 +146,12 @@ class SampleRules:
             raise ValueError(
                 f"sample {index} has {n} tokens > capacity {fit_capacity}; pass overflow='truncate'|'split'|'drop'"
             )
+        if self.overflow in ("truncate", "split") and not isinstance(sample, Mapping):
+            raise ValueError(
+                f"sample {index} has {n} tokens > capacity {fit_capacity} but is a {type(sample).__name__}, not a "
+                f"mapping with input_ids, so overflow={self.overflow!r} cannot cut it — use overflow='drop' or "
+                "'error', or give the stream mappings"
+            )
         if self.overflow in ("truncate", "split") and any(sample.get(k) is not None for k in MEDIA_KEYS):
             raise ValueError(
                 f"sample {index} has {n} tokens > capacity {fit_capacity} and images; a stream cannot cut it without "
