@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from operator import itemgetter
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
@@ -391,6 +390,6 @@ class PackingStream(IterableDataset, SampleRules):
                 alignment=self.alignment, **self.algorithm_options,
             )  # fmt: skip
             order, offsets = plan.order, plan.offsets
-        flat = list(itemgetter(*order.tolist())(kept)) if len(kept) > 1 else list(kept)  # plan order, C-level
+        flat = np.fromiter(kept, object, len(kept))[order].tolist()  # samples in plan order: C-level passes
         perm = np.random.default_rng(order_seed).permutation(offsets.shape[0] - 1)
         return flat, offsets[perm].tolist(), offsets[perm + 1].tolist()
