@@ -62,3 +62,37 @@ def test_runs_of_equal_lengths_match_item_by_item(lengths, capacity):
     assert order.tolist() == h_order.tolist() and offsets.tolist() == h_offsets.tolist()
     expected = ref.fit_decreasing(lengths, capacity, None, best=True)
     assert [order[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=lengths_and_capacity(max_n=80), table=st.booleans())
+def test_waiting_rooms_by_table_or_bisect_give_the_same_plan(case, table):
+    """A room too small for the current length waits under the first run it fits: found by a room -> list table,
+    or (first lengths over ``_TABLE_MAX``) by bisect — the plan is the histogram engine's either way."""
+    import packwise.plan._bfd_items as items
+
+    lengths, capacity = case
+    costs = np.asarray(lengths, dtype=np.int64)
+    saved = items._TABLE_MAX
+    items._TABLE_MAX = saved if table else 0
+    try:
+        order, offsets = plan_bfd_items(costs, capacity, 1 << 62)
+    finally:
+        items._TABLE_MAX = saved
+    h_order, h_offsets = histogram_bfd(costs, capacity, 1 << 62)
+    assert order.tolist() == h_order.tolist() and offsets.tolist() == h_offsets.tolist()
+
+
+def test_a_capacity_above_the_table_limit_takes_the_bisect_path():
+    """Lengths past ``_TABLE_MAX`` (a 2**20-token capacity): no room table is built; the plan is still BFD."""
+    from packwise.plan import plan_window
+    from packwise.plan._bfd_items import _TABLE_MAX, _BisectSlots, _wait_slots
+
+    rng = np.random.default_rng(5)
+    capacity = 1 << 20
+    costs = np.clip(np.rint(rng.lognormal(11.5, 1.2, 3000)), 1, capacity).astype(np.int64)
+    small = np.sort(costs[costs <= capacity // 2])[::-1]
+    assert small[0] > _TABLE_MAX and isinstance(_wait_slots(small, [[]] * small.shape[0]), _BisectSlots)
+    h_order, h_offsets = histogram_bfd(costs, capacity, 1 << 62)
+    for order, offsets in (plan_bfd_items(costs, capacity, 1 << 62), plan_window(costs, capacity)):
+        assert order.tolist() == h_order.tolist() and offsets.tolist() == h_offsets.tolist()

@@ -7,7 +7,7 @@ sorted Python list of integer keys ``remaining << 32 | pack``, so "the pack with
 fits, lowest index on ties" is one ``bisect`` (C) and re-filing a pack one ``insort`` (C). Packs larger
 than half the capacity never share a pack with each other, so they are opened in one vectorised step.
 Without a sequence limit the rest runs as a stack machine (:func:`_place_runs`): one ``pop`` per (length,
-pack) step; a room left smaller than the length waits in a sorted list (``insort``) until the lengths fit it.
+pack) step; a room left smaller than the length waits, filed under the first run it fits, until that run.
 
 The plan is identical, element for element, to :func:`packwise.plan._fit_decreasing.place_decreasing` with
 ``policy="best"`` (tests compare them with hypothesis): sequences visited by length descending, index
@@ -116,8 +116,10 @@ def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: i
 
     The packs are kept as a stack machine (see :mod:`packwise.plan._window`): ``stack`` holds the rooms that fit
     the current length, the least on top (the list's end), so a best fit is a ``pop``; a room left smaller than
-    the length waits in ``pending`` (ascending) and is pushed once the lengths get no longer than it — it is
-    then below every room on the stack, so the stack stays sorted. ``keys`` (from :func:`_room_keys`) is consumed.
+    the length waits until the lengths get no longer than it — in ``waits[i]``, ``i`` the first run it fits
+    (found by a room -> list table: one index, no sorted insertion) — and is pushed then, sorted: every room on
+    the stack is at least the previous run's length, so the waiting rooms go on top and the stack stays sorted.
+    ``keys`` (from :func:`_room_keys`) is consumed.
     """
     if not small.shape[0]:
         return np.zeros(0, dtype=np.int64)
@@ -126,18 +128,19 @@ def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: i
     run_len = np.diff(np.append(run_start, small.shape[0]))
     lengths = small[run_start]
     keys.pop()  # the sentinel
+    waits: list[list[int]] = [[] for _ in range(lengths.shape[0] + 1)]  # the last: rooms no run fits
+    slot = _wait_slots(lengths, waits)  # slot[room]: the wait list of the first run with length <= room
     j = bisect_left(keys, int(lengths[0]) << _SHIFT)
     stack = keys[: j - 1 : -1] if j else keys[::-1]  # descending: the least room (lowest pack on ties) on top
-    pending = keys[:j]
+    for _ in map(list.append, map(slot.__getitem__, [k >> _SHIFT for k in keys[:j]]), keys[:j]):  # the rest wait
+        pass
     out: list[int] = []  # one entry per (length, pack): ``pack | taken << _SHIFT``
     append, pop, push = out.append, stack.pop, stack.append
-    bisect, insert = bisect_left, insort
     nb = first_pack
-    for length, shifted, c in zip(lengths.tolist(), (lengths << _SHIFT).tolist(), run_len.tolist()):
-        if pending and pending[-1] >= shifted:  # rooms that now fit: onto the stack, the least on top
-            j = bisect(pending, shifted)
-            stack += pending[: j - 1 : -1] if j else pending[::-1]
-            del pending[j:]
+    for length, shifted, c, w in zip(lengths.tolist(), (lengths << _SHIFT).tolist(), run_len.tolist(), waits):
+        if w:  # rooms that now fit (all below the previous length): onto the stack, the least on top
+            w.sort(reverse=True)
+            stack += w
         while stack:
             k = pop()
             t = (k >> _SHIFT) // length
@@ -147,22 +150,21 @@ def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: i
                 if k >= shifted:  # still the least room that fits
                     push(k)
                 elif k >> _SHIFT:
-                    insert(pending, k)
+                    slot[k >> _SHIFT].append(k)
                 break
             append(k & _MASK | t << _SHIFT)
             c -= t
             k -= t * shifted
             if k >> _SHIFT:
-                insert(pending, k)
+                slot[k >> _SHIFT].append(k)
         else:  # no open pack fits: new packs of ``capacity // length`` each, then the rest
             per = capacity // length
             q, rest = divmod(c, per)
             if q:
                 out += range(nb | per << _SHIFT, (nb + q) | per << _SHIFT)
-                room = (capacity - per * length) << _SHIFT
-                if room:  # less than the length: pending, after the older packs with this room
-                    at = bisect(pending, room | nb)
-                    pending[at:at] = range(room | nb, room | (nb + q))
+                room = capacity - per * length
+                if room:  # less than the length: waits
+                    slot[room].extend(range(room << _SHIFT | nb, room << _SHIFT | (nb + q)))
                 nb += q
             if rest:  # room >= length left: the only room on the stack
                 append(nb | rest << _SHIFT)
@@ -170,3 +172,29 @@ def _place_runs(small: np.ndarray, keys: list[int], capacity: int, first_pack: i
                 nb += 1
     placed = np.fromiter(out, np.int64, len(out))
     return np.repeat(placed & _MASK, placed >> _SHIFT)
+
+
+#: Longest first length for which :func:`_wait_slots` builds a room -> list table (one entry per room value);
+#: above it (capacities over ~2**17 tokens) each lookup is a bisect over the run lengths.
+_TABLE_MAX = 1 << 16
+
+
+def _wait_slots(lengths: np.ndarray, waits: list[list[int]]):
+    """``room -> waits[i]``, ``i`` the first run with ``lengths[i] <= room`` (``lengths`` descending; rooms below
+    ``lengths[0]``): a list when ``lengths[0] <= _TABLE_MAX``, else an object indexing by bisect."""
+    neg = -lengths
+    if int(lengths[0]) <= _TABLE_MAX:
+        return list(map(waits.__getitem__, neg.searchsorted(-np.arange(int(lengths[0]) + 1)).tolist()))
+    return _BisectSlots(neg.tolist(), waits)
+
+
+class _BisectSlots:
+    """:func:`_wait_slots` without a table: ``slots[room]`` bisects the negated run lengths."""
+
+    __slots__ = ("_neg", "_waits")
+
+    def __init__(self, neg: list[int], waits: list[list[int]]) -> None:
+        self._neg, self._waits = neg, waits
+
+    def __getitem__(self, room: int) -> list[int]:
+        return self._waits[bisect_left(self._neg, -room)]

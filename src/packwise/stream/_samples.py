@@ -50,12 +50,13 @@ class SampleRules:
 
     def _reported_lengths(self, samples: list[Mapping], at) -> np.ndarray:
         """``length_fn`` over a window as ``(N,)`` int64, every value an int >= 1 — checked in C-level passes (the
-        values' set of types, one conversion); only a bad window is scanned in Python, to name its sample."""
+        values' set of types unless ``length_fn`` is ``int`` or ``len``, one conversion); only a bad window is
+        scanned in Python, to name its sample."""
         try:
             values = list(map(self.length_fn, samples))
         except Exception:  # find and name the sample it raised on
             values = [self._call_length_fn(s, at(j)) for j, s in enumerate(samples)]
-        if all(map(_is_count_type, set(map(type, values)))):
+        if _exact_int(self.length_fn) or all(map(_is_count_type, set(map(type, values)))):
             try:
                 lengths = np.fromiter(values, np.int64, len(values))
             except OverflowError:  # an int beyond int64: named below
@@ -145,6 +146,12 @@ class SampleRules:
             raise ValueError(
                 f"sample {index} has {n} tokens > capacity {fit_capacity}; pass overflow='truncate'|'split'|'drop'"
             )
+        if self.overflow in ("truncate", "split") and not isinstance(sample, Mapping):
+            raise ValueError(
+                f"sample {index} has {n} tokens > capacity {fit_capacity} but is a {type(sample).__name__}, not a "
+                f"mapping with input_ids, so overflow={self.overflow!r} cannot cut it — use overflow='drop' or "
+                "'error', or give the stream mappings"
+            )
         if self.overflow in ("truncate", "split") and any(sample.get(k) is not None for k in MEDIA_KEYS):
             raise ValueError(
                 f"sample {index} has {n} tokens > capacity {fit_capacity} and images; a stream cannot cut it without "
@@ -175,6 +182,12 @@ class SampleRules:
                 f"count (len(sample['input_ids'])), <= capacity {self._limit} after overflow"
             )
         return m
+
+
+def _exact_int(fn) -> bool:
+    """``int`` or ``len``: builtins whose every result is an exact ``int`` (never a subclass, a bool or a float), so
+    their values need no pass over the values' types (compared by identity: any callable may be a length_fn)."""
+    return fn is int or fn is len
 
 
 def _is_count_type(t: type) -> bool:
