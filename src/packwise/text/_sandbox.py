@@ -218,7 +218,7 @@ def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_p
                 continue
         if jinja is None:
             jinja = _jinja_parts(template, kwargs)
-        compiled, kwargs, alias_reasoning, plain_data, tracking, TemplateError = jinja  # noqa: N806
+        compiled, kwargs, alias_reasoning, plain_data, tracking, TemplateError = jinja
         chat = alias_reasoning(plain_data(chat))
         budget = _Budget([chat])
         token = _BUDGET.set(budget)
