@@ -118,3 +118,34 @@ def test_verify_refusals_name_paths_and_fixes_in_its_own_terms(capsys):
     assert main(["verify", "--model", "lfm2", "--attn", "eager,packwise", "--num-docs", "2", "--no-grads"]) == 3
     [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("REFUSED")]
     assert line.startswith("REFUSED packwise/eager (backend dense), packwise/packwise (backend auto): Lfm2ShortConv")
+
+
+def test_verify_table_says_which_rows_compare_gradients_and_help_lists_exit_3(monkeypatch, capsys):
+    """The table's caption says Δgrad is compared once per path (– elsewhere) and why flex has none on CPU; a
+    progress bar counts the comparisons (stderr, a terminal only); ``--help`` lists every exit code."""
+    import torch
+
+    steps = []
+    import packwise.cli._verify as cli_verify
+
+    real = cli_verify.progress_bars
+
+    def counted(quiet):
+        import contextlib
+
+        @contextlib.contextmanager
+        def bars():
+            with real(quiet) as start:
+                assert start is not None  # --json off: bars on (drawn only on a terminal)
+                yield lambda stage, total: steps.append(total) or (lambda n: steps.append(-n))
+
+        return bars()
+
+    monkeypatch.setattr(cli_verify, "progress_bars", counted)
+    assert main(["verify", "--attn", "sdpa,flex", "--num-docs", "2", "--max-tokens", "16"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the caption wraps at the table's width
+    assert "Δgrad: every parameter gradient, compared once per path (cache off, eval); – where not compared" in text
+    assert ("flex: no gradient on CPU" in text) == (not torch.cuda.is_available())
+    assert steps[0] == 8 and sum(-s for s in steps[1:]) == 8  # 2 paths x 4 comparisons, each advanced once
+    assert main(["verify", "--help"]) == 0
+    assert "3 every path refused" in " ".join(capsys.readouterr().out.split())

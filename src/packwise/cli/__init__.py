@@ -46,7 +46,10 @@ def _group(
 
 
 app.command(epilog="Exit codes: 0 ok, 1 bad input/options, 2 usage.")(pack)
-app.command(epilog="Exit codes: 0 every packwise path isolated, 1 a path failed or bad options, 2 usage.")(verify)
+app.command(
+    epilog="Exit codes: 0 every packwise path not refused is isolated, 1 a leak or bad options, 2 usage, "
+    "3 every path refused (the reason is printed)."
+)(verify)
 app.command(epilog="Exit codes: 0 ok, 1 not a packed dataset or it was modified, 2 usage.")(report)
 app.command(epilog="Exit codes: 0 ok, 1 bad path, pack out of range or tokenizer not loadable, 2 usage.")(inspect)
 app.command(epilog="Exit codes: 0 ok, 1 bad lengths file or options, 2 usage.")(plan)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ._console import out
+from ._console import out, progress_bars
 
 # --attn names -> packwise varlen backends: eager = backend "dense" (the additive-mask math), sdpa = SDPA per
 # document, flex = flex_attention with a document BlockMask, packwise = backend "auto". A refusal names the
@@ -98,35 +98,39 @@ def verify(
     else:
         vocab = net.get_input_embeddings().num_embeddings
         docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens, vocab_size=vocab)
-    reports, refused = [], {}
+    reports, refused, raw_reports = [], {}, []
     allowed = [a.strip() for a in allow.split(",") if a.strip()]
-    for name in paths:
-        try:
-            use_packed_attention(net, backend=ATTN_PATHS[name], allow=allowed)
-        except PackingRefused as e:
-            refused[name] = _refusal(e)
-            continue
-        for use_cache in (False, True):
-            for train in (False, True):
-                # one gradient comparison per path (eval mode, no cache); flex has no backward on CPU
-                want_grads = (
-                    grads and not use_cache and not train and not (name == "flex" and not torch.cuda.is_available())
-                )
-                r = check_equivalence(
-                    net, docs, atol=tol, rtol=rtol, grad_rtol=grad_rtol, use_cache=use_cache, train=train,
-                    check_grads=want_grads, path=f"packwise/{name}",
+    with progress_bars(json_out) as progress:  # a real model takes minutes: one step per comparison
+        advance = progress("verify", 4 * len(paths) + (2 if raw else 0)) if progress else (lambda n: None)
+        for name in paths:
+            try:
+                use_packed_attention(net, backend=ATTN_PATHS[name], allow=allowed)
+            except PackingRefused as e:
+                refused[name] = _refusal(e)
+                advance(4)
+                continue
+            for use_cache in (False, True):
+                for train in (False, True):
+                    # one gradient comparison per path (eval mode, no cache); flex has no backward on CPU
+                    want_grads = (
+                        grads and not use_cache and not train and not (name == "flex" and not torch.cuda.is_available())
+                    )
+                    r = check_equivalence(
+                        net, docs, atol=tol, rtol=rtol, grad_rtol=grad_rtol, use_cache=use_cache, train=train,
+                        check_grads=want_grads, path=f"packwise/{name}",
+                    )  # fmt: skip
+                    reports.append(r)
+                    advance(1)
+        if raw:
+            for impl in ("eager", "sdpa"):
+                net.set_attn_implementation(impl)
+                raw_reports.append(
+                    check_equivalence(
+                        net, docs, atol=tol, rtol=rtol, use_cache=None, inputs="position_ids", check_grads=False,
+                        path=f"HF {impl} (raw)",
+                    )
                 )  # fmt: skip
-                reports.append(r)
-    raw_reports = []
-    if raw:
-        for impl in ("eager", "sdpa"):
-            net.set_attn_implementation(impl)
-            raw_reports.append(
-                check_equivalence(
-                    net, docs, atol=tol, rtol=rtol, use_cache=None, inputs="position_ids", check_grads=False,
-                    path=f"HF {impl} (raw)",
-                )
-            )  # fmt: skip
+                advance(1)
     ok = all(r.isolated for r in reports)
     verdict = "REFUSED" if not reports else "ISOLATED" if ok else "NOT ISOLATED"
     if json_out:
@@ -181,8 +185,14 @@ def _table(model: str, docs, reports, raw_reports):
 
     sizes = [int((d["input_ids"] if isinstance(d, dict) else d).numel()) for d in docs]
     t = Table(title=f"packwise verify — {model}, documents of {sizes} tokens packed")
+    notes = ["Δgrad: every parameter gradient, compared once per path (cache off, eval); – where not compared"]
+    if any(r.path == "packwise/flex" for r in reports) and not any(
+        r.grad_max_rel_diff is not None for r in reports if r.path == "packwise/flex"
+    ):
+        notes.append("flex: no gradient on CPU (flex_attention has no CPU backward)")
     if raw_reports:
-        t.caption = "HF (raw) = plain transformers path with position ids only and default settings (use_cache on)"
+        notes.append("HF (raw) = plain transformers path with position ids only and default settings (use_cache on)")
+    t.caption = "\n".join(notes)
     for col in ("path", "cache", "mode", "|Δlogit|", "|Δloss|", "Δgrad", "perturb", "result"):
         t.add_column(col, no_wrap=True)
     for r in [*reports, *raw_reports]:

@@ -212,12 +212,13 @@ class OutputDir:
         if not (owned or changed or other):
             self._owned = []
             return
+        if other or changed:  # --overwrite could not help: say so, do not suggest it
+            raise ValueError(f"output directory {out} {_refusal(owned, changed, other)}")
         if not self.overwrite:
             raise ValueError(
-                f"output directory {out} is not empty ({_names(owned + changed + other)}); pass --overwrite "
-                "(overwrite=True) or another path"
+                f"output directory {out} is not empty ({_names(owned)}); pass --overwrite (overwrite=True) or "
+                "another path"
             )
-        if other or changed:
             raise ValueError(f"output directory {out} {_refusal(owned, changed, other)}")
         self._owned = owned
 
