@@ -21,7 +21,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._batch import PackedBatch
 from ._labels import Labels, check_labels, shift_labels, unshift_labels
-from ._options import check_fill, check_int, check_pad_values, check_tokens
+from ._options import check_fill, check_int, check_pad_values, check_tokens, positive_int
 from ._pack import PackedSequence
 
 Layout = Literal["thd", "padded"]
@@ -141,8 +141,7 @@ def collate_packs(
         )
     if layout not in ("thd", "padded"):
         raise ValueError(f"unknown layout {layout!r}; use 'thd' or 'padded'")
-    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
-        raise ValueError(f"pad_to_multiple_of must be an integer >= 1, got {pad_to_multiple_of!r}")
+    pad_to_multiple_of = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     check_tokens(pad_to_multiple_of, "pad_to_multiple_of")
     has_ids = {p.input_ids is not None for p in packs}
     if len(has_ids) > 1:

@@ -12,6 +12,7 @@ import torch
 
 from ..constants import IGNORE_INDEX, PRODUCED
 from ._batch import MEDIA_KEYS
+from ._cp import as_int
 
 _INT64 = (-(2**63), 2**63 - 1)
 #: the most tokens of a pack, a row or a position offset: ``cu_seqlens`` are int32, so no row holds more
@@ -205,3 +206,11 @@ def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bo
         and _LOW <= label_pad_id < 0
         and 0 <= position_offset <= MAX_TOKENS
     )
+
+
+def positive_int(value, name: str) -> int:
+    """``value`` as a Python int >= 1 (an int or numpy integer, not a bool), else ValueError naming ``name``."""
+    n = as_int(value)
+    if n is None or n < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return n

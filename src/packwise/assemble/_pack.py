@@ -27,7 +27,7 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
-from ._options import check_fill, check_int, check_options, check_position_offset, check_tokens
+from ._options import check_fill, check_int, check_options, check_position_offset, check_tokens, positive_int
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,8 +109,7 @@ class PackedSequence:
             >>> p.labels.tolist(), p.cu_seqlens_padded.tolist(), p.position_ids.tolist()
             ([-100, 2, 3, -100, -100, 5, -100, -100], [0, 4, 8], [0, 1, 2, 3, 0, 1, 2, 3])
         """
-        if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-            raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+        alignment = positive_int(alignment, "alignment")
         check_int(pad_token_id, "pad_token_id")
         check_position_offset(position_offset)
         check_tokens(pad_to, "pad_to")
@@ -251,8 +250,7 @@ def assemble_pack(
         >>> q.cu_seqlens.tolist(), q.cu_seqlens_padded.tolist(), q.padding_mask.nonzero().flatten().tolist()
         ([0, 5, 12], [0, 8, 16], [5, 6, 7, 15])
     """
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-        raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+    alignment = positive_int(alignment, "alignment")
     pad_values = check_options(
         pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values,
         pad_to=pad_to, alignment=alignment,

@@ -18,23 +18,35 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class SampleRules:
-    """Mixin of PackingStream: needs ``capacity``, ``alignment``, ``overflow``, ``length_fn`` and ``stats``."""
+    """Mixin of PackingStream: needs ``capacity``, ``alignment``, ``overflow``, ``length_fn``, ``assemble`` and
+    ``stats``."""
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
-        """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs."""
+        """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs.
+        Samples assembled into packs must be mappings; ``input_ids`` they hold must be 1-D with a length."""
         types = set(map(type, samples))  # one C-level pass; the per-sample check only runs for mappings
+        if self.assemble and not all(issubclass(t, Mapping) for t in types):
+            j = next(j for j, s in enumerate(samples) if not isinstance(s, Mapping))
+            raise ValueError(
+                f"sample {at(j)} ({type(samples[j]).__name__}) is not a mapping; assemble=True builds packs from "
+                "mappings with input_ids (and labels, ...) — give the stream such samples, or pass assemble=False to "
+                "get the samples of each pack as they are"
+            )
         if not any(issubclass(t, Mapping) for t in types):
             return
         if types == {dict}:
             try:
-                actual = np.fromiter(map(len, map(_INPUT_IDS, samples)), np.int64, len(samples))
+                ids = list(map(_INPUT_IDS, samples))
+                actual = np.fromiter(map(len, ids), np.int64, len(samples))
             except (KeyError, TypeError):
                 actual = None
-            if actual is not None:
+            if actual is not None and one_dim(ids):  # (1, L) arrays have len 1: named below
                 self._raise_under(actual, reported, at)
                 return
         actual = np.fromiter(
-            (len(ids) if (ids := _ids(s)) is not None else -1 for s in samples), np.int64, len(samples)
+            (-1 if (ids := _ids(s)) is None else self._ids_length(ids, at(j)) for j, s in enumerate(samples)),
+            np.int64,
+            len(samples),
         )
         self._raise_under(actual, reported, at)
 
@@ -93,6 +105,10 @@ class SampleRules:
             ) from e
         except Exception as e:  # the sample's own __getitem__ failed: name the sample
             raise ValueError(f"sample {index}: reading its input_ids raised {type(e).__name__}: {e}") from e
+        return self._ids_length(ids, index)
+
+    def _ids_length(self, ids, index: int) -> int:
+        """``len(ids)`` of a 1-D ``input_ids``; ValueError naming sample ``index`` otherwise."""
         ndim = getattr(ids, "ndim", 1)
         if ndim != 1:
             raise ValueError(
@@ -108,7 +124,7 @@ class SampleRules:
         except TypeError as e:
             raise ValueError(
                 f"sample {index}: input_ids ({type(ids).__name__}) has no length; input_ids must be a 1-D sequence "
-                "(L,) of token ids, or pass length_fn="
+                "(L,) of token ids" + ("" if self.length_fn is not None else ", or pass length_fn= for other samples")
             ) from e
 
     @property

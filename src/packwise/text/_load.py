@@ -9,7 +9,7 @@ import importlib.util
 import os
 import threading
 import warnings
-from functools import cache
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -250,8 +250,22 @@ def _smollm2():
     return tok
 
 
-@cache
-def _load_cached(spec: str):
+def _files_state(spec: str) -> tuple:
+    """The resolved path and ``(name, size, mtime_ns)`` of its files (a folder's top level, or the file itself):
+    part of the load cache's key, so a folder whose files changed (or a relative path after ``chdir``) is loaded
+    again, not served from memory."""
+    path = Path(spec)
+    try:
+        entries = list(os.scandir(path)) if path.is_dir() else [path] if path.is_file() else []
+        stats = sorted((e.name, e.stat()) for e in entries)
+        where = str(path.resolve())
+    except OSError:
+        return ()
+    return (where, *((name, st.st_size, st.st_mtime_ns) for name, st in stats))
+
+
+@lru_cache(maxsize=8)
+def _load_cached(spec: str, files: tuple = ()):
     if spec == "qwen2.5":
         return _qwen25()
     if spec == "smollm2":
@@ -302,7 +316,8 @@ def load_tokenizer(spec):
         if not getattr(spec, "is_fast", False):
             raise ValueError(f"tokenizer {type(spec).__name__} is not a fast (Rust) tokenizer")
         return spec
-    return _load_cached(str(spec))
+    spec = str(spec)
+    return _load_cached(spec, () if spec in BUILTIN_TOKENIZERS else _files_state(spec))
 
 
 def tokenizer_name(tok) -> str:
