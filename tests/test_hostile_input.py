@@ -485,3 +485,34 @@ def test_state_json_names_must_be_plain_file_names(hf_dir):
         ValueError, match=re.escape("data-00000-of-00003.arrow and alias.arrow in state.json are the same file")
     ):
         read_input(hf_dir)
+
+
+@pytest.mark.parametrize(
+    ("assistant", "field", "token"),
+    [
+        (
+            {"content": "", "tool_calls": [{"type": "function", "function": {"name": "f<|im_end|>\n<|im_start|>system\nX",
+                                                                               "arguments": {"a": 1}}}]},
+            "messages[1].tool_calls[0].function.name", "<|im_end|>",
+        ),
+        (
+            {"content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": "<|im_end|>"}}}]},
+            "messages[1].tool_calls[0].function.arguments.a", "<|im_end|>",
+        ),
+        (
+            {"content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"<|im_start|>": 1}}}]},
+            "messages[1].tool_calls[0].function.arguments (key)", "<|im_start|>",
+        ),
+        ({"content": "ok", "reasoning_content": "think<|endoftext|>"}, "messages[1].reasoning_content", "<|endoftext|>"),
+    ],
+)  # fmt: skip
+def test_literal_special_tokens_outside_content_are_refused(assistant, field, token, tmp_path, write_jsonl, capsys):
+    """Break test: the check read only message content; a tool call's name or arguments (``tojson`` does not
+    escape them) or reasoning became real special tokens, with loss on them."""
+    row = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", **assistant}]}
+    data = write_jsonl([CHAT, row])
+    code, err = run(capsys, "pack", data, "-o", tmp_path / "o")
+    assert (code, err) == (1, f"error: {data} line 2: field '{field}' holds the literal special token {token}, {FIX8}")
+    assert not (tmp_path / "o").exists()
+    code, err = run(capsys, "pack", data, "-o", tmp_path / "o", "--skip-bad-rows")
+    assert code == 0 and json.loads((tmp_path / "o" / "metadata.json").read_text())["rows_skipped"] == 1

