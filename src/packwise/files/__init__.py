@@ -9,7 +9,7 @@ from ._listing import check_shard_set, listed_data_files  # noqa: F401
 from ._manifest import check_replaceable  # noqa: F401
 from ._media_path import resolve_media_path  # noqa: F401
 from ._output import OutputDir, claim_output, register_files  # noqa: F401
-from ._owned import SPILL_DIR  # noqa: F401
+from ._owned import SPILL_DIR, pid_alive  # noqa: F401
 from ._read import (  # noqa: F401
     FORMATS,
     SKIP_HINT,

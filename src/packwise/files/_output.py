@@ -64,8 +64,8 @@ from ._owned import (  # noqa: F401 (re-exported)
     _is_packwise_file,
     _leftover_is_packwise,
     _names,
-    _pid_alive,
     _regular,
+    pid_alive,
 )
 
 
@@ -197,7 +197,7 @@ class OutputDir:
         except (OSError, ValueError):
             return False
         pid = data.get("pid") if isinstance(data, dict) else None
-        return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
+        return isinstance(pid, int) and pid != os.getpid() and not pid_alive(pid)
 
     def _foreign(self) -> tuple[list[str], list[str], list[str]]:
         """``(files packwise wrote here, files it wrote that changed since, other entries)`` in ``out``,

@@ -36,7 +36,14 @@ def _names(names) -> str:
     return ", ".join(names[:_SHOWN]) + more
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (``kill(pid, 0)``; a process of another user counts as alive).
+
+    Example:
+        >>> import os
+        >>> pid_alive(os.getpid())
+        True
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -87,7 +94,7 @@ def _is_packwise_file(path: Path) -> bool:
         return False
     name, head = path.name, _head(path)
     if m := _REPORT_TMP.match(name):  # an atomic write's temporary: the pid must be dead, the content ours
-        if _pid_alive(int(m.group(2))) or int(m.group(2)) == os.getpid():
+        if pid_alive(int(m.group(2))) or int(m.group(2)) == os.getpid():
             return False
         name = m.group(1)
         if name == "report.json":
@@ -95,7 +102,7 @@ def _is_packwise_file(path: Path) -> bool:
         if name == METADATA:
             return head.startswith(b"{") and b'"format": "packwise-packed' in path.read_bytes()[: 1 << 20]
     if m := _MANIFEST_TMP.match(name):
-        return not _pid_alive(int(m.group(1))) and head.startswith((b'{\n  "files": [', b'{\n  "files": {'))
+        return not pid_alive(int(m.group(1))) and head.startswith((b'{\n  "files": [', b'{\n  "files": {'))
     if _SHARD.match(name):
         return head.startswith(b"PAR1")
     if name == METADATA:
@@ -121,7 +128,7 @@ def _is_packwise_file(path: Path) -> bool:
 def _leftover_is_packwise(path: Path, pid: int | None) -> bool:
     """A leftover directory of an interrupted run: its name's pid is dead, every entry is a packwise file
     (or an empty file under a name packwise writes: a run killed right after creating it)."""
-    if pid is None or pid == os.getpid() or _pid_alive(pid) or path.is_symlink() or not path.is_dir():
+    if pid is None or pid == os.getpid() or pid_alive(pid) or path.is_symlink() or not path.is_dir():
         return False
     try:
         return all(

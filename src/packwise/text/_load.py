@@ -160,7 +160,7 @@ def _not_a_directory(path: Path) -> None:
 def _remove_dead_temps(path: Path) -> None:
     """Remove the temp files :func:`write_cached` left next to ``path`` when a run was killed mid-write (named
     ``NAME.tmp<pid>-<thread>``, packwise's own, and ``pid`` no longer alive); anything else is left alone."""
-    from ..files._owned import _pid_alive
+    from ..files import pid_alive
 
     prefix, now = f"{path.name}.tmp", time.time()
     with contextlib.suppress(OSError):
@@ -169,7 +169,7 @@ def _remove_dead_temps(path: Path) -> None:
             ours = entry.name.startswith(prefix) and pid.isdigit() and thread.isdigit()
             # dead here, and untouched for 10 minutes (a shared cache folder: a pid may live on another host)
             old = ours and entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > _STALE_S
-            if old and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            if old and int(pid) != os.getpid() and not pid_alive(int(pid)):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
 
