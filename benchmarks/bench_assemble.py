@@ -177,19 +177,28 @@ def main() -> None:
             t["assemble_pack+collate_packs"]["median"] / t["assemble_batch"]["median"],
             unit="×",
         )
-        ratios = sorted(c / f for c, f in zip(cpu["cat_per_pack"], cpu["assemble_batch"]))
-        rates = sorted(tokens / x / 1e6 for x in cpu["assemble_batch"])
-        rep.figure(
-            "assemble_batch vs cat per pack (CPU time)",
-            statistics.median(rates),
-            unit="M tokens/s",
-            baseline="cat_per_pack M tokens/s (CPU time)",
-            baseline_value=tokens / statistics.median(cpu["cat_per_pack"]) / 1e6,
-            ratio=statistics.median(ratios),
-            ratio_means="median over repeats of cat time / assemble_batch time, this thread's CPU time",
-            target=">= 0.5",
-            spread=(rates[0], rates[-1]),
-        )
+
+        def cpu_vs(path: str, base: str, label: str, means: str, target: str | None = None):
+            """A CPU-time figure of ``path`` against ``base``: median of per-round ratios; the rates' spread."""
+            ratios = sorted(b / p for b, p in zip(cpu[base], cpu[path]))
+            rates = sorted(tokens / x / 1e6 for x in cpu[path])
+            rep.figure(
+                label,
+                statistics.median(rates),
+                unit="M tokens/s",
+                baseline=f"{base} M tokens/s (CPU time)",
+                baseline_value=tokens / statistics.median(cpu[base]) / 1e6,
+                ratio=statistics.median(ratios),
+                ratio_means=means,
+                target=target,
+                spread=(rates[0], rates[-1]),
+            )
+            return ratios, rates
+
+        ratios, rates = cpu_vs(
+            "assemble_batch", "cat_per_pack", "assemble_batch vs cat per pack (CPU time)",
+            "median over repeats of cat time / assemble_batch time, this thread's CPU time", target=">= 0.5",
+        )  # fmt: skip
         rep.figure(
             "assemble_batch throughput (CPU time)",
             statistics.median(rates),
@@ -198,29 +207,14 @@ def main() -> None:
             ratio_means="absolute",
             spread=(rates[0], rates[-1]),
         )
-        floor = sorted(f / a for f, a in zip(cpu["design_floor"], cpu["assemble_batch"]))
-        floor_rates = sorted(tokens / x / 1e6 for x in cpu["design_floor"])
-        floor_cat = sorted(c / f for c, f in zip(cpu["cat_per_pack"], cpu["design_floor"]))
-        rep.figure(
-            "design floor vs cat per pack (CPU time)",
-            statistics.median(floor_rates),
-            unit="M tokens/s",
-            baseline="cat_per_pack M tokens/s (CPU time)",
-            baseline_value=tokens / statistics.median(cpu["cat_per_pack"]) / 1e6,
-            ratio=statistics.median(floor_cat),
-            ratio_means="median over rounds of cat time / design_floor time: the most a fused path can reach",
-            spread=(floor_rates[0], floor_rates[-1]),
-        )
-        rep.figure(
-            "assemble_batch vs the design floor (CPU time)",
-            statistics.median(rates),
-            unit="M tokens/s",
-            baseline="design_floor M tokens/s (CPU time)",
-            baseline_value=tokens / statistics.median(cpu["design_floor"]) / 1e6,
-            ratio=statistics.median(floor),
-            ratio_means="median over rounds of design_floor time / assemble_batch time (1.0: nothing but the floor)",
-            spread=(rates[0], rates[-1]),
-        )
+        cpu_vs(
+            "design_floor", "cat_per_pack", "design floor vs cat per pack (CPU time)",
+            "median over rounds of cat time / design_floor time: the most a fused path can reach",
+        )  # fmt: skip
+        floor, _ = cpu_vs(
+            "assemble_batch", "design_floor", "assemble_batch vs the design floor (CPU time)",
+            "median over rounds of design_floor time / assemble_batch time (1.0: nothing but the floor)",
+        )  # fmt: skip
         rep.note(f"assemble_batch × design floor, CPU time, spread over rounds: {floor[0]:.3f}–{floor[-1]:.3f}")
         rep.note(f"assemble_batch × cat per pack, CPU time, per round: {', '.join(f'{r:.3f}' for r in ratios)}")
     else:
