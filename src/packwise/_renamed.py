@@ -26,8 +26,21 @@ RENAMED = {
     "packwise.tokenize": ("packwise.text", "packwise.text"),
     "packwise.io": ("packwise.files", "packwise.files"),
     "packwise.torch": ("packwise.data", "packwise.data"),
-    "packwise.integrations.hf": ("packwise.integrations._hf", "packwise.hf"),
-    "packwise.integrations.torch_data": ("packwise.integrations._torch_data", "packwise.data"),
+    "packwise.integrations.torch_data": ("packwise.integrations.pytorch._data", "packwise.data"),
+    # integrations/ by system (issue 30): hf/, energon/, ray/, pytorch/
+    "packwise.integrations._hf_attention": ("packwise.integrations.hf._attention", "packwise.integrations.hf"),
+    "packwise.integrations._hf_features": ("packwise.integrations.hf._features", "packwise.integrations.hf"),
+    "packwise.integrations._hf_guard": ("packwise.integrations.hf._guard", "packwise.integrations.hf"),
+    "packwise.integrations._hf": ("packwise.integrations.hf._api", "packwise.hf"),
+    "packwise.integrations._energon_overflow": ("packwise.integrations.energon._overflow", "packwise.integrations.energon"),
+    "packwise.integrations._torch_data": ("packwise.integrations.pytorch._data", "packwise.data"),
+    "packwise.integrations._torch_media": ("packwise.integrations.pytorch._media", "packwise.data"),
+    "packwise.integrations._ray_data": ("packwise.integrations.ray._data", "packwise.integrations.ray"),
+    "packwise.integrations._ray_driver": ("packwise.integrations.ray._driver", "packwise.integrations.ray"),
+    "packwise.integrations._ray_fs": ("packwise.integrations.ray._fs", "packwise.integrations.ray"),
+    "packwise.integrations._ray_io": ("packwise.integrations.ray._io", "packwise.integrations.ray"),
+    "packwise.integrations._ray_spill": ("packwise.integrations.ray._spill", "packwise.integrations.ray"),
+    "packwise.integrations._ray_workers": ("packwise.integrations.ray._workers", "packwise.integrations.ray"),
 }
 
 

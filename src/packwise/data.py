@@ -1,5 +1,5 @@
-"""PyTorch data loading for packed datasets (implemented in ``packwise.integrations._torch_data``)."""
+"""PyTorch data loading for packed datasets (implemented in ``packwise.integrations.pytorch``)."""
 
-from .integrations._torch_data import DistributedPackSampler, PackedParquetDataset
+from .integrations.pytorch import DistributedPackSampler, PackedParquetDataset
 
 __all__ = ["DistributedPackSampler", "PackedParquetDataset"]

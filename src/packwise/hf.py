@@ -1,9 +1,9 @@
-"""Hugging Face integration: the home of the HF names (implemented in ``packwise.integrations._hf``).
+"""Hugging Face integration: the home of the HF names (implemented in ``packwise.integrations.hf``).
 
 ``__all__`` is the user API; the other names imported here (``noqa: F401``) stay importable for code that
 used them."""
 
-from .integrations._hf import (  # noqa: F401
+from .integrations.hf import (  # noqa: F401
     PackedDataCollator,
     PackingRefused,
     attention_name,

@@ -89,7 +89,7 @@ def test_parquet_rows_take_the_flat_path_and_match_the_sequence_path(tmp_path, w
     out = tmp_path / "out"
     assert main(["pack", str(write_jsonl(rows)), "-o", str(out), "--capacity", "8", "-q"]) == 0
     calls = []
-    import packwise.integrations._torch_data as td
+    import packwise.integrations.pytorch._data as td
 
     monkeypatch.setattr(td, "assemble_pack", lambda *a, **k: calls.append(1) or assemble_pack(*a, **k))
     ds = PackedParquetDataset(out, alignment=2, pad_to=10)

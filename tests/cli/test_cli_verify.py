@@ -104,7 +104,7 @@ def test_verify_refusals_name_paths_and_fixes_in_its_own_terms(capsys):
     the backend it runs."""
     from packwise.cli._verify import _refusal
     from packwise.hf import PackingRefused
-    from packwise.integrations._hf_guard import check_model
+    from packwise.integrations.hf._guard import check_model
     from packwise.verify import family_model
 
     with pytest.raises(PackingRefused) as e:

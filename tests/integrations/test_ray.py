@@ -13,7 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from packwise.integrations import ray as ray_engine  # noqa: E402
+from packwise.integrations.ray import _engine as ray_engine  # noqa: E402
 from packwise.integrations.ray import pack_ray  # noqa: E402
 from packwise.pipeline import pack_columns, write_packs  # noqa: E402
 from packwise.pipeline._demo import chitchat_conversations  # noqa: E402
@@ -366,7 +366,7 @@ def test_saved_hf_dataset_directory(tmp_path):
 def test_driver_plans_from_histograms_only(rows, qwen, tmp_path, monkeypatch):
     """BFD with alignment, a sequence cap and a pack-count target: the driver plans from the pieces' length
     histograms (plan_packs, which needs every length, is never called) and the output is the local engine's."""
-    from packwise.integrations import _ray_driver
+    from packwise.integrations.ray import _driver as _ray_driver
 
     def no_lengths(*args, **kwargs):
         raise AssertionError("the driver planned from per-row lengths")
@@ -420,7 +420,7 @@ def test_spill_round_trip(on, tmp_path):
     import pyarrow.fs as pafs
 
     from packwise.integrations import _ray_spill
-    from packwise.integrations._ray_fs import Loc
+    from packwise.integrations.ray._fs import Loc
     from packwise.pipeline import Samples
 
     samples = Samples(
@@ -475,8 +475,8 @@ def test_pieces_tokenized_by_different_tokenizers_are_refused(rows, tmp_path, mo
 
 
 def test_check_tokenizers_names_the_first_disagreeing_piece():
-    from packwise.integrations._ray_driver import _check_tokenizers
-    from packwise.integrations._ray_workers import PieceStats
+    from packwise.integrations.ray._driver import _check_tokenizers
+    from packwise.integrations.ray._workers import PieceStats
 
     same = [PieceStats(tokenizer=("t", "a" * 16)), PieceStats(), PieceStats(tokenizer=("t", "a" * 16))]
     _check_tokenizers(same, "in.jsonl")  # pieces without a tokenizer (nothing read) do not count

@@ -198,7 +198,7 @@ def test_s3_input_and_output(s3, tmp_path, monkeypatch):
                 f.write(json.dumps({"_data_files": [{"filename": n} for n in listed]}).encode())
             with pytest.raises(ValueError, match=re.escape(message)):
                 pack_ray(f"s3://bkt/hf{query}", f"s3://bkt/out4{query}", format="hf", **options)
-        from packwise.integrations import ray as ray_engine
+        from packwise.integrations.ray import _engine as ray_engine
 
         real = ray_engine._write_group
 

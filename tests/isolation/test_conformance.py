@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import packwise.integrations._hf_attention as hf_attention
+import packwise.integrations.hf._attention as hf_attention
 from packwise.hf import PackingRefused, use_packed_attention
 from packwise.verify._families import family_model
 from packwise.verify._matrix import MATRIX, conformance_row, run_matrix
@@ -85,7 +85,7 @@ def test_unknown_module_refused_with_opt_in():
 @pytest.mark.slow
 def test_encoder_control_whole_row_attention_leaks(monkeypatch):
     """Without the per-document bidirectional path a packed RoBERTa leaks (the issue measured 1e-2)."""
-    monkeypatch.setattr("packwise.integrations._hf.ENCODERS", {})
+    monkeypatch.setattr("packwise.integrations.hf._api.ENCODERS", {})
     (row,) = run_matrix(["roberta"])
     assert row.verdict == "LEAK" and row.max_abs_diff > 1e-3, row
 

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("megatron.energon")
 
-from packwise.integrations._energon_overflow import (
+from packwise.integrations.energon._overflow import (
     check_media,
     media_spans,
     slice_sample,

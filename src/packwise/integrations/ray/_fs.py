@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..files import listed_data_files
+from ...files import listed_data_files
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Ray engine, pass 1 on Ray Data: read + tokenize + overflow every piece in ``map_batches``, streaming.
 
 The pieces (JSONL byte ranges, Parquet row-group runs, Arrow file ranges, in-memory or ``ray.data`` blocks;
-see ``_ray_io``) become a Ray Dataset of piece numbers; ``map_batches`` runs the pipeline's read, tokenize and
-overflow steps on one piece per batch (``_ray_workers._tokenize``: packwise's own readers, so bad rows are
+see ``_io``) become a Ray Dataset of piece numbers; ``map_batches`` runs the pipeline's read, tokenize and
+overflow steps on one piece per batch (``_workers._tokenize``: packwise's own readers, so bad rows are
 named by file, line and field as the local engine names them), spills the tokenized piece to the run's
-staging area (``_ray_spill``: pass 2 reads it there, not the input) and emits only the piece's small
-:class:`~packwise.integrations._ray_workers.PieceStats` (counts, first bad rows, length histogram). Ray Data
+staging area (``_spill``: pass 2 reads it there, not the input) and emits only the piece's small
+:class:`~packwise.integrations.ray._workers.PieceStats` (counts, first bad rows, length histogram). Ray Data
 streams the pieces with its object-store limit set to :data:`STORE_FRACTION` of the cluster's store
 (``DataContext`` resource limits, restored afterwards); the driver receives O(pieces × distinct lengths).
 """
@@ -16,9 +16,9 @@ import pickle
 
 import numpy as np
 
-from ..pipeline import PackOptions
-from ._ray_spill import write_piece
-from ._ray_workers import PieceJob, PieceStats, _tokenize
+from ...pipeline import PackOptions
+from ._spill import write_piece
+from ._workers import PieceJob, PieceStats, _tokenize
 
 #: Share of the cluster's object store that pass 1 (Ray Data's resource limit) may fill.
 STORE_FRACTION = 0.5

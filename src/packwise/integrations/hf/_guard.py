@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..attention import FEATURES, Backend
+from ...attention import FEATURES, Backend
 
 #: transformers model folders (``transformers.models.<name>``) whose every layer packwise has proved isolated.
 VERIFIED_FAMILIES = frozenset(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..files import metadata_text, write_metadata
-from ..pipeline import PackOptions, PackReport
-from ..pipeline.steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
-from ._ray_fs import RemoteOutput
-from ._ray_spill import read_lengths
-from ._ray_workers import MEDIA_TYPES, PieceStats
+from ...files import metadata_text, write_metadata
+from ...pipeline import PackOptions, PackReport
+from ...pipeline.steps import PieceCounts, check_rows, plan, plan_from_histogram, plans_from_histogram
+from ._fs import RemoteOutput
+from ._spill import read_lengths
+from ._workers import MEDIA_TYPES, PieceStats
 
 
 def _check(stats: list[PieceStats], name: str, skip: bool) -> tuple[PieceCounts, list[str]]:
@@ -69,7 +69,7 @@ def _plan_hash(ray, plan, spill, pieces: list[int], order: list) -> str:
     """``PackPlan.plan_hash``. For a histogram plan one worker task streams it from the lengths pass 1 spilled
     (pieces numbered ``pieces``, in input order) and the writers' slices of the plan order, one at a time: O(N)
     time in that task, O(piece) memory, and the driver never reads per-row data (its memory stays flat)."""
-    from ..plan import HistogramPlan
+    from ...plan import HistogramPlan
 
     if not isinstance(plan, HistogramPlan):
         return plan.plan_hash()
@@ -90,7 +90,7 @@ def _stream_hash(plan, spill, pieces: list[int], order: list) -> str:
 
 
 def _metrics(plan, fills: np.ndarray, pad: int):
-    from ..plan import HistogramPlan
+    from ...plan import HistogramPlan
 
     if not isinstance(plan, HistogramPlan):
         return plan.metrics()

@@ -19,11 +19,11 @@ from functools import partial
 
 import torch
 
-from ..assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
-from ..attention import BACKENDS, Backend
-from ._hf_attention import packwise_attention_forward
-from ._hf_features import _split
-from ._hf_guard import (
+from ...assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
+from ...attention import BACKENDS, Backend
+from ._attention import packwise_attention_forward
+from ._features import _split
+from ._guard import (
     ENCODERS,
     PackingRefused,
     _check_boundaries,

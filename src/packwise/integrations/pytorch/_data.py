@@ -12,13 +12,13 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from ..assemble import (
+from ...assemble import (
     RESERVED,  # the input names assemble_pack reads itself (one definition)
     PackedSequence,
     assemble_pack,
 )
-from ..files import check_checksum, check_column_types, packed_files, read_metadata, sha256_file, shard_records
-from ..plan import Cost, assign_to_ranks, pack_costs
+from ...files import check_checksum, check_column_types, packed_files, read_metadata, sha256_file, shard_records
+from ...plan import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
 IMAGE_COLUMNS = ("image_paths", "image_sha256", "image_grid_thw", "images_per_sequence")
@@ -165,11 +165,11 @@ class PackedParquetDataset(Dataset):
         if "image_paths" in row.column_names:
             self._add_images(row, index, sequences)
         if "video_paths" in row.column_names:
-            from ._torch_media import add_video
+            from ._media import add_video
 
             add_video(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
         if "audio_paths" in row.column_names:
-            from ._torch_media import add_audio
+            from ._media import add_audio
 
             add_audio(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
         return assemble_pack(sequences, **options)
@@ -177,7 +177,7 @@ class PackedParquetDataset(Dataset):
     def _add_images(self, row, index: int, sequences: list[dict]) -> None:
         """Re-materialise ``pixel_values`` from the recorded image paths and give every sequence its MRoPE
         positions (transformers' Qwen2.5-VL ``get_rope_index``, per sequence)."""
-        from ..multimodal import VisionSpec, mrope_position_ids, process_images
+        from ...multimodal import VisionSpec, mrope_position_ids, process_images
 
         fields = VisionSpec.__dataclass_fields__
         spec = VisionSpec(**{k: v for k, v in (self.metadata.get("multimodal") or {}).items() if k in fields})
@@ -209,7 +209,7 @@ class PackedParquetDataset(Dataset):
     def _check_digests(self, paths: list[str], recorded: list[str], index: int) -> None:
         """Every image's bytes must still hash to what ``packwise pack`` recorded (a same-size replacement
         keeps its grid, so the grid check alone would train on the new pixels)."""
-        from ..pipeline import image_digest
+        from ...pipeline import image_digest
 
         for path, want in zip(paths, recorded):
             try:

@@ -1,7 +1,7 @@
 """Ray engine, spill: pass 1's tokenized, overflow-applied pieces, written once and read back by pass 2.
 
 Every pack may draw rows from anywhere in the input, so pass 2 needs pass 1's rows again. Rather than read and
-tokenize the input a second time, or hold the tokenized dataset in the object store, pass 1 (``_ray_data``)
+tokenize the input a second time, or hold the tokenized dataset in the object store, pass 1 (``_data``)
 writes each piece's :class:`~packwise.pipeline.Samples` and its ``(n,)`` int32 lengths (what the plan hash
 streams); pass 2 reads each piece once, writes its rows into the folder of the shard group each lands in
 (``g000012/piece-0000345.pkl``) and deletes the piece's samples; each group's writer reads its folder in piece
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import SPILL_DIR
-from ._ray_fs import Loc
+from ...files import SPILL_DIR
+from ._fs import Loc
 
 # SPILL_DIR: inside the local staging directory (removed before the commit); files/_owned.py knows its
 # contents, so a killed run's staging directory with a spill in it is removed as packwise's own leftover

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..assemble import MEDIA_KEYS
-from ..constants import PRODUCED
+from ...assemble import MEDIA_KEYS
+from ...constants import PRODUCED
 
 _COLUMN_TYPES = (list, tuple, np.ndarray, torch.Tensor)  # a per-token column's value (not a scalar or a string)
 
@@ -34,8 +34,8 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     ids = cols["input_ids"].reshape(-1)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"feature {index}: input_ids has dtype {ids.dtype}; token ids are integers")
-    from ..constants import IGNORE_INDEX
-    from ..pipeline import TRL_MASKS
+    from ...constants import IGNORE_INDEX
+    from ...pipeline import TRL_MASKS
 
     masks = [k for k in TRL_MASKS if feature.get(k) is not None]
     if masks:
@@ -56,7 +56,7 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         cols["labels"] = np.where(keep, ids.astype(np.int64), IGNORE_INDEX).reshape(cols["input_ids"].shape)
     mask, span = feature.get("attention_mask"), None
     if mask is not None:
-        from ..pipeline import real_span
+        from ...pipeline import real_span
 
         m = _array(mask, "attention_mask", index).reshape(-1)
         if m.shape[0] != ids.shape[0]:

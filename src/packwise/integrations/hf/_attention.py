@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import Backend, attend, varlen_attention
+from ...attention import Backend, attend, varlen_attention
 
 
 def packwise_attention_forward(

@@ -16,7 +16,7 @@ them reach the batch. A text-only sample packed with image samples gets ``mm_tok
 
 Overflow (``packing_overflow``, as the offline pipeline): ``truncate`` (default) keeps the head, ``split``
 cuts into pieces (each piece is its own pack), ``drop`` removes the sample, ``error`` raises. A cut never
-falls inside an image/video/audio span (see ``_energon_overflow``). Every change is counted per pack
+falls inside an image/video/audio span (see ``_overflow``). Every change is counted per pack
 (``batch["packing_counts"]``) and per worker (``encoder.packing_counts``). The decision is a pure function
 of the sample, made again by ``pack_selected_samples``, so ``restore_sample`` and loader-state restore
 rebuild identical packs. Energon's error handler logs and *drops* the buffer on an exception; every
@@ -51,10 +51,10 @@ import torch
 from megatron.energon import Sample, stateless
 from megatron.energon.errors import FatalSampleError
 
-from ..assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
-from ..pipeline import TRL_MASKS, cut_points
-from ..plan import plan_packs
-from ._energon_overflow import (
+from ...assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
+from ...pipeline import TRL_MASKS, cut_points
+from ...plan import plan_packs
+from ._overflow import (
     boundary_target,
     check_media,
     loss_tokens,

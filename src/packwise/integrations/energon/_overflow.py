@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..constants import IGNORE_INDEX
+from ...constants import IGNORE_INDEX
 
 #: Per-item media fields per kind: (grid field or None, per-row fields sliced by patches, per-item fields).
 MEDIA_BY_KIND = {

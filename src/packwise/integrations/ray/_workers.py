@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..files import RawInput, shard_name
-from ..pipeline import PackOptions, Samples
-from ..pipeline.steps import (
+from ...files import RawInput, shard_name
+from ...pipeline import PackOptions, Samples
+from ...pipeline.steps import (
     PieceCounts,
     execute,
     load_tokenizer_for,
@@ -23,9 +23,9 @@ from ..pipeline.steps import (
     tokenizer_info,
     write_shard,
 )
-from ..plan import PackPlan
-from ._ray_io import _read_piece
-from ._ray_spill import drop_piece, read_parts, read_piece, write_part
+from ...plan import PackPlan
+from ._io import _read_piece
+from ._spill import drop_piece, read_parts, read_piece, write_part
 
 MEDIA_TYPES = "mm_token_type_ids"  # per-token column of data with media (absent from pieces without)
 
@@ -40,7 +40,7 @@ class PieceJob:
     digest_rows: bool  # sum per-row digests (a ray.data.Dataset has no file to fingerprint)
     keep_lengths: bool = False  # pass 1 returns the (n,) lengths (order-dependent planners need them all)
     extra_names: list[str] | None = None  # per-token columns of the input's first good row
-    spill: object = None  # the spill folder (``_ray_spill``): pass 1 writes the piece there, pass 2 reads it
+    spill: object = None  # the spill folder (``_spill``): pass 1 writes the piece there, pass 2 reads it
 
     def with_extra_names(self, names: list[str] | None) -> PieceJob:
         return replace(self, extra_names=names)
@@ -147,7 +147,7 @@ def _tokenize(tag: str, data, meta: tuple, options: PackOptions, job: PieceJob):
 
 
 def _place(spill, i: int, hp, place, bounds, row_start: int, seq_start: int, batch: int):
-    """Worker, pass 2: piece ``i``'s sequences as pass 1 spilled them (``_ray_spill``: the input is not read
+    """Worker, pass 2: piece ``i``'s sequences as pass 1 spilled them (``_spill``: the input is not read
     again), cut by writer group (see :func:`_split`) and written to each group's spill folder (a group that
     gets none of them gets no file); the piece's samples are then deleted. Returns the piece's share of the
     pad-to-longest baseline."""
@@ -212,7 +212,7 @@ def _pad_share(lengths: np.ndarray, seq_start: int, batch: int) -> tuple[int, li
 class WriteJob:
     """What one shard writer writes: ``shards`` as ``(shard, first pack, stop pack)`` within the group."""
 
-    tmp: object  # the staging directory (str) or a _ray_fs.Loc (remote output)
+    tmp: object  # the staging directory (str) or a _fs.Loc (remote output)
     num_shards: int
     shards: list
     offsets: object  # (packs+1,) sequence offsets in plan order, or (HistogramPlan ref, first pack, stop pack)
@@ -259,7 +259,7 @@ def _write_group(job: WriteJob, spill, g: int):
     seq = cat([s for _, _, s in parts], "int64")[order]
     pos, done = pos[order], []
     fills = np.zeros(job.capacity + 1, dtype=np.int64)
-    local = isinstance(job.tmp, str)  # else a _ray_fs.Loc
+    local = isinstance(job.tmp, str)  # else a _fs.Loc
     for shard, p0, p1 in job.shards:
         a, b = np.searchsorted(pos, [offsets[p0], offsets[p1]])
         plan = PackPlan(order[a:b], offsets[p0 : p1 + 1] - offsets[p0], lengths, job.capacity, job.algorithm)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..files import (
+from ...files import (
     RawInput,
     check_jsonl_file,
     check_shard_set,
@@ -28,7 +28,7 @@ from ..files import (
     parquet_files,
     parse_line,
 )
-from ._ray_fs import Loc, digest, hf_files, read_arrow, resolve
+from ._fs import Loc, digest, hf_files, read_arrow, resolve
 
 PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
 PIECE_ROWS = (16, 100_000)  # rows per task: min, max
@@ -38,7 +38,7 @@ PIECE_BYTES = (64 << 10, 64 << 20)  # JSONL bytes per task: min, max
 def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) -> tuple[str, str, list, object]:
     """``(name, kind, pieces, fingerprint)``; a piece is ``(tag, data or ObjectRef, meta)``, in input order.
     The fingerprint is a string, an ObjectRef to one, or None (summed from per-row digests by the pieces).
-    A URI (``s3://...``) or a path on ``filesystem`` is read through pyarrow's filesystem (see ``_ray_fs``)."""
+    A URI (``s3://...``) or a path on ``filesystem`` is read through pyarrow's filesystem (see ``_fs``)."""
     if isinstance(data, (list, tuple, RawInput, pa.Table)) or type(data).__module__.startswith("datasets"):
         raw = data if isinstance(data, RawInput) else from_rows(data, name=type(data).__name__)
         if raw.line_numbers is not None or raw.errors:

@@ -23,7 +23,7 @@ def add_audio(row, sequences: list[dict], multimodal: dict, *, where: str) -> No
         ValueError: a clip is missing, undecodable, or its real mel frames differ from ``audio_frames`` (the
             file changed since packing), naming ``where`` and the fix.
     """
-    from ..multimodal import AudioSpec, audio_features, load_audio, omni_position_ids
+    from ...multimodal import AudioSpec, audio_features, load_audio, omni_position_ids
 
     fields = AudioSpec.__dataclass_fields__
     spec = AudioSpec(**{k: v for k, v in (multimodal.get("audio") or {}).items() if k in fields})
@@ -67,7 +67,7 @@ def add_video(row, sequences: list[dict], multimodal: dict, *, where: str) -> No
     """
     import torch
 
-    from ..multimodal import VisionSpec, mrope_position_ids, process_video, video_frames
+    from ...multimodal import VisionSpec, mrope_position_ids, process_video, video_frames
 
     fields = VisionSpec.__dataclass_fields__
     spec = VisionSpec(**{k: v for k, v in multimodal.items() if k in fields})

@@ -5,12 +5,12 @@ an object store that never holds the whole tokenized dataset.
 The pipeline's own steps run (:mod:`packwise.pipeline.steps`, with one :class:`~packwise.pipeline.PackOptions`);
 this module decides where:
 
-1. Pass 1, read + tokenize + overflow, on Ray Data (``_ray_data``). The input is cut into pieces in input
+1. Pass 1, read + tokenize + overflow, on Ray Data (``_data``). The input is cut into pieces in input
    order: JSONL byte ranges cut at line ends, runs of Parquet row groups, row ranges of the Arrow files of a
    saved HF dataset, ``ray.data.Dataset`` blocks (sliced; read with ``preserve_order``), or slices of
-   in-memory rows; paths are local or on any pyarrow filesystem (``s3://...``, see ``_ray_fs``).
+   in-memory rows; paths are local or on any pyarrow filesystem (``s3://...``, see ``_fs``).
    ``map_batches`` runs the steps on each piece, spills the tokenized piece to the run's staging area
-   (``_ray_spill``) and streams back only its counts, first bad rows and length histogram. (JSONL is not read
+   (``_spill``) and streams back only its counts, first bad rows and length histogram. (JSONL is not read
    with ``ray.data.read_json``, which infers Arrow types and fails a whole block on one bad row, nor with
    ``read_text``, which also splits lines at U+2028 and other Unicode breaks: byte ranges keep the local
    reader's line numbers and messages.)
@@ -45,15 +45,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import claim_output
-from ..pipeline import PackOptions, PackReport, resolve_chat_template
-from ..pipeline.steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
-from ._ray_data import tokenize_pieces
-from ._ray_driver import _check, _commit, _metrics, _plan, _plan_hash
-from ._ray_fs import RemoteOutput, resolve
-from ._ray_io import PIECES_PER_CPU, _source
-from ._ray_spill import group_folders, remove, spill_root
-from ._ray_workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
+from ...files import claim_output
+from ...pipeline import PackOptions, PackReport, resolve_chat_template
+from ...pipeline.steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
+from ._data import tokenize_pieces
+from ._driver import _check, _commit, _metrics, _plan, _plan_hash
+from ._fs import RemoteOutput, resolve
+from ._io import PIECES_PER_CPU, _source
+from ._spill import group_folders, remove, spill_root
+from ._workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
 
 WRITER_WAIT_S = 600  # after a failure, how long running shard writers may take to finish before cleanup
 
@@ -150,7 +150,7 @@ def pack_ray(
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         name, kind, pieces, fingerprint = _source(ray, ds, opts.format, opts.skip_bad_rows, cpus, filesystem)
         if kind != "tokens" and remote is None:  # images: the local engine's absolute media root, in every worker
-            from ..pipeline import with_media_root
+            from ...pipeline import with_media_root
 
             opts = opts.replace(vision=with_media_root(opts.vision, name))
         timings["read"] = time.perf_counter() - t
@@ -236,7 +236,7 @@ def pack_dataset(
         >>> report.packs  # doctest: +SKIP
         1
     """
-    from ..config import PackingConfig
+    from ...config import PackingConfig
 
     if config is None:
         cfg = PackingConfig(**overrides)
@@ -277,7 +277,7 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
 
 def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers: list, cpus: int):
     """Pass 2: each piece, read from pass 1's spill (not from the input), places its sequences and spills
-    them by shard group (``_ray_spill.write_part``); then one writer per group reads its rows and writes its
+    them by shard group (``_spill.write_part``); then one writer per group reads its rows and writes its
     shards. Rows never pass through the object store or the driver. The driver keeps at most
     :data:`IN_FLIGHT_PER_CPU` × CPUs place tasks in flight and folds each one's pad share into a running sum
     as it finishes, so it holds O(CPUs + groups) references whatever the number of pieces.
@@ -285,7 +285,7 @@ def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers:
     Returns ``(shards, pack_length_counts, order refs, pad)``: ``[(metadata.json entry, PackedCounts)]`` in
     shard order, ``(C+1,)`` packs per real token count, one ObjectRef per writer to its slice of the plan
     order, and the pad-to-longest baseline in tokens."""
-    from ..plan import HistogramPlan
+    from ...plan import HistogramPlan
 
     hist = isinstance(plan, HistogramPlan)
     n_seq, n_packs = plan.num_sequences, plan.num_packs

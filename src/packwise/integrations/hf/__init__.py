@@ -1,0 +1,17 @@
+"""Hugging Face Transformers / TRL: the packed collator, the varlen attention patch and its guard.
+
+Public names (re-exported by :mod:`packwise.hf`): ``PackedDataCollator``, ``PackingRefused``,
+``use_packed_attention``; also ``attention_name``, ``register_packed_attention``, ``position_offset``.
+"""
+
+from ._api import (  # noqa: F401  (the other names stay importable)
+    PackedDataCollator,
+    PackingRefused,
+    attention_name,
+    packwise_attention_forward,
+    position_offset,
+    register_packed_attention,
+    use_packed_attention,
+)
+
+__all__ = ["PackedDataCollator", "PackingRefused", "use_packed_attention"]
