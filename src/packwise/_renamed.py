@@ -32,7 +32,10 @@ RENAMED = {
     "packwise.integrations._hf_features": ("packwise.integrations.hf._features", "packwise.integrations.hf"),
     "packwise.integrations._hf_guard": ("packwise.integrations.hf._guard", "packwise.integrations.hf"),
     "packwise.integrations._hf": ("packwise.integrations.hf._api", "packwise.hf"),
-    "packwise.integrations._energon_overflow": ("packwise.integrations.energon._overflow", "packwise.integrations.energon"),
+    "packwise.integrations._energon_overflow": (
+        "packwise.integrations.energon._overflow",
+        "packwise.integrations.energon",
+    ),
     "packwise.integrations._torch_data": ("packwise.integrations.pytorch._data", "packwise.data"),
     "packwise.integrations._torch_media": ("packwise.integrations.pytorch._media", "packwise.data"),
     "packwise.integrations._ray_data": ("packwise.integrations.ray._data", "packwise.integrations.ray"),

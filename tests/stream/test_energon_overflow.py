@@ -9,12 +9,12 @@ import torch
 
 pytest.importorskip("megatron.energon")
 
+from packwise.integrations.energon import QWEN_MEDIA_BOUNDS, QWEN_MEDIA_TOKENS, SEQUENCE_FIELDS
 from packwise.integrations.energon._overflow import (
     check_media,
     media_spans,
     slice_sample,
 )
-from packwise.integrations.energon import QWEN_MEDIA_BOUNDS, QWEN_MEDIA_TOKENS, SEQUENCE_FIELDS
 from packwise.pipeline import cut_points
 
 IMG, VID, AUD, VS, VE, AB, AE = 151655, 151656, 151646, 151652, 151653, 151647, 151648
