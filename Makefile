@@ -31,7 +31,7 @@ demo: $(VENV)/.all
 # One OpenMP thread per process: the suite runs Ray workers, gloo ranks and CLI subprocesses next to pytest on
 # 2 cores, and torch's spinning OpenMP threads slowed the real-model tests by minutes under that contention.
 test: $(VENV)/.dev
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks examples

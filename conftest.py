@@ -17,12 +17,10 @@ def _missing(module: str) -> bool:
 
 
 _OPTIONAL = {
-    "src/packwise/integrations/energon.py": "megatron.energon",
-    "src/packwise/integrations/ray.py": "ray",
-    "src/packwise/integrations/_ray_workers.py": "ray",
+    "src/packwise/integrations/energon/*": "megatron.energon",
+    "src/packwise/integrations/ray/*": "ray",
     "src/packwise/assemble/_megatron.py": "megatron.core",
-    "src/packwise/integrations/_hf.py": "transformers",
-    "src/packwise/integrations/_hf_guard.py": "transformers",  # PackingRefused's example refuses a tiny model
+    "src/packwise/integrations/hf/*": "transformers",  # PackingRefused's example refuses a tiny model
     "src/packwise/verify/*": "transformers",
     "src/packwise/multimodal/*": "transformers",
     "src/packwise/text/*": "transformers",
@@ -30,7 +28,7 @@ _OPTIONAL = {
     "src/packwise/config.py": "pydantic",
 }
 _TORCH = ["src/packwise/assemble/*", "src/packwise/attention/*", "src/packwise/loss.py", "src/packwise/stream/*",
-          "src/packwise/integrations/*", "src/packwise/verify/*", "src/packwise/multimodal/*"]  # fmt: skip
+          "src/packwise/integrations/*", "src/packwise/integrations/*/*", "src/packwise/verify/*", "src/packwise/multimodal/*"]  # fmt: skip
 
 collect_ignore_glob = [path for path, module in _OPTIONAL.items() if _missing(module)]
 if _missing("torch"):

@@ -23,3 +23,17 @@ def write_jsonl(tmp_path):
         return path
 
     return write
+
+
+#: Tests that start Ray run on one pytest-xdist worker, one after another (``make test`` runs ``-n auto
+#: --dist loadgroup``): ``ray.init()`` without an address joins the newest cluster this machine started, so a
+#: local session beside the two-node cluster test could join that cluster instead of starting its own.
+_RAY_FILES = ("tests/integrations/test_ray.py", "tests/integrations/test_ray_cluster.py")
+_RAY_TESTS = {"test_literal_special_tokens_skipped_the_same_on_the_ray_engine"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = str(item.path).replace("\\", "/")
+        if path.endswith(_RAY_FILES) or item.name in _RAY_TESTS:
+            item.add_marker(pytest.mark.xdist_group("ray"))
