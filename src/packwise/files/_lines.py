@@ -1,5 +1,9 @@
 """JSON lines: the bounded line reader and parser shared by the local reader (:mod:`._read`) and the Ray
-engine's pieces (``integrations/_ray_io.py``), and the checks on an input path before it is opened."""
+engine's pieces (``integrations/ray/_io.py``), and the checks on an input path before it is opened.
+
+Bounds: regular files and directories only; a JSONL line is capped at 64 MiB; JSON nesting depth is bounded; an
+object naming a key twice is refused (``loads_unique``, also used for ``state.json``, tool-call arguments,
+``--runtime-env`` and packwise's own files)."""
 
 from __future__ import annotations
 
