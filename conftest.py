@@ -7,6 +7,13 @@ still collects and runs the rest instead of failing on ``import megatron.energon
 from __future__ import annotations
 
 import importlib.util
+import os
+
+# pytest-xdist exports COLUMNS (the controller's terminal width, 80 when piped) to its workers; packwise's CLI
+# takes an explicit COLUMNS as the user's choice of width, so under `make test` (-n auto) its piped output would
+# wrap at 80 columns instead of the 140 it uses for pipes, unlike a serial run.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 
 def _missing(module: str) -> bool:
