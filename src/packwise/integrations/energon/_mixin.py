@@ -59,6 +59,7 @@ from ._overflow import (
     check_media,
     loss_tokens,
     media_spans,
+    piece_group,
     slice_sample,
     zero_counts,
 )
@@ -290,7 +291,7 @@ class PackwiseTaskEncoderMixin:
                     riders.append(i)
                     continue
                 if len(pieces) > 1:
-                    alone.append(i)
+                    alone.append((i, len(pieces)))
                     continue
                 n = len(pieces[0]["input_ids"])
             groups.setdefault(self.packing_key(s), []).append((i, n))
@@ -299,10 +300,17 @@ class PackwiseTaskEncoderMixin:
             lengths = np.asarray([n for _, n in members], dtype=np.int64)
             plan = plan_packs(lengths, **self._packwise()["plan"])
             out += [[members[j][0] for j in pack.tolist()] for pack in plan.packs()]
-        out += [[i] for i in alone]
+        plain = len(out)
+        # A split sample's piece k is the group of k + 1 references to it: one pack per group, so Energon's
+        # state (which drops a group from its buffer before the packs it yields are batched) never holds a
+        # half-consumed group, and the group alone says which piece to build (a pure function, restorable).
+        for i, n_pieces in alone:
+            out += [[i] * (k + 1) for k in range(n_pieces)]
         if riders:
-            if out:
+            if plain:
                 out[0] += riders
+            elif out:  # only split samples: the riders are a group of their own (no pack, counted)
+                out.append(riders)
             else:
                 warnings.warn(
                     f"packwise: every one of {len(samples)} samples in an Energon packing buffer is over "
@@ -314,9 +322,12 @@ class PackwiseTaskEncoderMixin:
                     self._count(self._fit(samples[i], limit)[1])
         used = np.zeros(len(samples), dtype=np.int64)
         for group in out:
-            used[group] += 1
-        if not (used == 1).all() and out:  # an internal invariant: Energon would silently drop or repeat samples
-            raise RuntimeError(f"packwise internal error: samples used {used.tolist()} times")
+            used[sorted(set(group))] += 1
+        want = np.ones(len(samples), dtype=np.int64)
+        for i, n_pieces in alone:
+            want[i] = n_pieces
+        if not (used == want).all() and out:  # an internal invariant: Energon would silently drop or repeat samples
+            raise RuntimeError(f"packwise internal error: samples used {used.tolist()} times, expected {want.tolist()}")
         return [[samples[i] for i in group] for group in out]
 
     def _count(self, delta: dict) -> None:
@@ -343,6 +354,21 @@ class PackwiseTaskEncoderMixin:
 
     def _packs(self, samples: list):
         limit = self._limit()
+        piece = piece_group(samples)
+        if piece is not None:  # k + 1 references to one split sample: its piece k (see _select)
+            pieces, delta = self._fit(samples[0], limit)
+            if len(pieces) > 1:
+                if piece >= len(pieces):
+                    raise ValueError(
+                        f"a group of {len(samples)} references to sample {samples[0].__key__!r} asks for piece "
+                        f"{piece}, but the sample splits into {len(pieces)}"
+                    )
+                counts = delta if piece == 0 else zero_counts()
+                self._count(counts)
+                self.packing_counts["samples"] += int(piece == 0)
+                key = f"{samples[0].__key__}#{piece}"
+                yield self._packed(samples[0], [pieces[piece]], [key], counts)
+                return
         counts = zero_counts()
         members, keys, split = [], [], []
         for s in samples:

@@ -161,3 +161,16 @@ def boundary_target(fields: Mapping, start: int) -> int:
     if mask is not None:
         return int(bool(mask[start]))
     return 1
+
+
+def piece_group(samples: list) -> int | None:
+    """``k`` when the group is ``k + 1`` references to one sample (same ``__key__`` and restore key), else None:
+    the mixin's selector asks for piece ``k`` of a split sample that way (one pack per Energon group)."""
+    if len(samples) < 1:
+        return None
+    head = samples[0]
+    ident = (getattr(head, "__key__", None), getattr(head, "__restore_key__", None))
+    if len(samples) > 1 and any((getattr(x, "__key__", None), getattr(x, "__restore_key__", None)) != ident
+                                for x in samples[1:]):  # fmt: skip
+        return None
+    return len(samples) - 1
