@@ -139,7 +139,8 @@ def _shifted(batch: dict, total: int) -> dict:
     if bool((heads != -100).any()):
         k = int(torch.nonzero((heads != -100).reshape(-1, starts.numel()).any(0))[0])
         raise ValueError(
-            f"labels[{int(starts[k])}] (the first token of segment {k}) is {int(heads[..., k].flatten()[0])}, not -100: "
+            f"labels[{int(starts[k])}] (the first token of segment {k}) is {int(heads[..., k].flatten()[0])}, "
+            "not -100: "
             "shifting HF labels before the context-parallel split would lose it (an HF loss scores it against the "
             "previous segment's last token); set it to -100, as collate_packs does"
         )

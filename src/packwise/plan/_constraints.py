@@ -53,7 +53,7 @@ def split_to_target(
     heapq.heapify(heap)
     for _ in range(target - p):
         while True:
-            key, lazy, neg_cost, pack, cur = heapq.heappop(heap)
+            _, lazy, neg_cost, pack, cur = heapq.heappop(heap)
             if not lazy:
                 break
             a, b = halves[cur] = lpt_halves(arrays[cur], costs)
