@@ -88,6 +88,13 @@ def split_to_target(
 
 
 def lpt_halves(members: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two halves of ``members`` balanced by the LPT rule (largest cost first onto the lighter half; ties: the
+    first half), each in the members' order.
+
+    Example:
+        >>> [h.tolist() for h in lpt_halves(np.arange(3), np.array([30, 30, 30]))]
+        [[0, 2], [1]]
+    """
     c = costs[members]
     loads = [0, 0]
     side = np.empty(members.shape[0], dtype=bool)
