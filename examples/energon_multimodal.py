@@ -196,10 +196,14 @@ def run_energon(workdir: Path, *, capacity: int, cp: int, rope: str, overflow: s
     samples = packs = real = 0
     counts: dict[str, int] = {}
     for batch in get_loader(ds):
-        params = to_packed_seq_params(batch)  # what a Megatron forward takes, plus this rank's tokens
+        # What a Megatron forward takes, plus this rank's tokens. No multi-token prediction here (a multimodal
+        # model; PackingConfig refuses consumer.multi_token_prediction with Energon packing, since MTP needs
+        # cfg.packed_seq_params(batch)'s physical boundaries and the Energon batch carries no MTP flag).
+        params = to_packed_seq_params(batch)
         shards = [shard_for_context_parallel(batch, cp_size=cp, cp_rank=r) for r in range(cp)]
         assert sum(s["input_ids"].shape[-1] for s in shards) == batch["input_ids"].shape[-1]
-        assert int(params.cu_seqlens_q_padded[-1] if hasattr(params, "cu_seqlens_q_padded") else 0) >= 0
+        cu_padded = params["cu_seqlens_q_padded"] if isinstance(params, dict) else params.cu_seqlens_q_padded
+        assert int(cu_padded[-1]) == batch["input_ids"].shape[-1]  # the segments tile the row
         samples += sum(len(k) for k in batch["keys"])
         packs += len(batch["keys"])
         real += int(batch["cu_seqlens"][-1])

@@ -179,12 +179,23 @@ class ConfigBuilders:
             {'packing_buffer_size': 64}
 
         Raises:
-            ValueError: ``buffer_size`` is None (Energon's packing needs a buffer).
+            ValueError: ``buffer_size`` is None (Energon's packing needs a buffer), or
+                ``consumer.multi_token_prediction=True``: the mixin's batch carries the real ``cu_seqlens``, and
+                ``to_packed_seq_params(batch)`` on it would let MTP's ``roll_tensor`` roll a document's first token
+                into the previous document's padding (only ``cfg.packed_seq_params(batch)`` knows the flag).
         """
         if self.buffer_size is None:
             raise ValueError(
                 "buffer_size=None: Energon packs from a buffer of samples (get_train_dataset packing_buffer_size); "
                 "set buffer_size"
+            )
+        if self.consumer.multi_token_prediction:
+            raise ValueError(
+                f"consumer.multi_token_prediction=True with Energon packing (buffer_size={self.buffer_size}) is not "
+                "supported: the Energon batch carries no MTP flag, so to_packed_seq_params(batch) would give MTP's "
+                "roll_tensor the real cu_seqlens and roll each document's first token into the previous document's "
+                "padding; pack with PackingStream / PackCollator and build PackedSeqParams with "
+                "cfg.packed_seq_params(batch), or set consumer.multi_token_prediction=False"
             )
         plan = self.plan_kwargs()
         plan["seed"] = 0 if plan["seed"] is None else plan["seed"]

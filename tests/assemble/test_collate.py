@@ -154,13 +154,14 @@ def test_cp_shard_unshard_identity(packs, cp):
     batch = collate_packs([pack], pad_to_multiple_of=2 * cp)
     shards = [shard_for_context_parallel(batch, cp_size=cp, cp_rank=r) for r in range(cp)]
     assert all(s["input_ids"].shape[1] == batch["input_ids"].shape[1] // cp for s in shards)
-    back = unshard_context_parallel(shards)
     if cp > 1:  # HF labels are shifted within each document before the split (an HF loss cannot shift a shard)
-        assert back["labels_shifted"] and torch.equal(back["shift_labels"], back["labels"])
-        batch = {**batch, "labels": shift_labels(batch["labels"], batch["seq_idx"])}
+        assert all(s["labels_shifted"] and torch.equal(s["shift_labels"], s["labels"]) for s in shards)
+        shifted = shift_labels(batch["labels"], batch["seq_idx"])
+        assert torch.equal(torch.cat([s["labels"] for s in shards], 1).sort().values, shifted.sort().values)
+    back = unshard_context_parallel(shards)  # the exact inverse: the HF labels come back unshifted
+    assert back.keys() == batch.keys()
     for k, v in batch.items():
-        if isinstance(v, torch.Tensor):
-            assert torch.equal(back[k], v), k
+        assert torch.equal(back[k], v) if isinstance(v, torch.Tensor) else back[k] == v, k
 
 
 def test_cp_zigzag_golden_and_error():

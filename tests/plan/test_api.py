@@ -123,10 +123,19 @@ def test_plan_on_aligned_costs():
     assert plan_packs([5, 7], capacity=16, alignment=4).pack_costs().tolist() == [16]
 
 
-def test_split_fullest_pack_for_min_packs():
-    # BFD on C=10: [6,4] [5,3,2]; min_packs=3 splits the fullest (both 10; lowest index: pack 0) -> [6] [4].
+def test_min_packs_splits_the_pack_with_the_largest_smaller_half():
+    # greedy knapsack on C=10: [6,4] [5,3,2]; both hold 10 but the smaller LPT half of [5,3,2] is [3,2] (5
+    # tokens) against [4]: [5,3,2] is split -> [5] [3,2].
     plan = plan_packs([6, 5, 4, 3, 2], capacity=10, algorithm="greedy_knapsack", min_packs=3)
-    assert [p.tolist() for p in plan.packs()] == [[0], [2], [1, 3, 4]]
+    assert [p.tolist() for p in plan.packs()] == [[0, 2], [1], [3, 4]]
+
+
+def test_min_packs_makes_no_crumb_pack():
+    # FFD: [99,1] [30,30,30]. Splitting the fullest pack would give a 1-token pack (fills [1,90,99]); the
+    # smaller half of [30,30,30] holds 30 tokens -> [30,30] [30]: fills [100,60,30] (as NeMo-RL's repair).
+    plan = plan_packs([99, 1, 30, 30, 30], capacity=100, algorithm="ffd", min_packs=3)
+    assert sorted(plan.pack_costs().tolist()) == [30, 60, 100]
+    assert sorted(plan.lengths[np.concatenate(plan.packs())].tolist()) == [1, 30, 30, 30, 99]  # nothing dropped
 
 
 def test_uint64_length_above_int64_is_refused_as_too_large():

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from ._batch import NON_TOKEN_KEYS, PackedBatch
-from ._labels import shift_labels
+from ._labels import shift_labels, unshift_labels
 
 
 def as_int(value) -> int | None:
@@ -93,11 +93,14 @@ def shard_for_context_parallel(batch: PackedBatch, *, cp_size: int, cp_rank: int
     document (``labels_shifted=True``) and the same tensor as ``shift_labels`` (the key HF Transformers'
     causal-LM loss reads instead of shifting). Score it with ``packed_cross_entropy(...,
     labels_shifted=True)`` or ``PackingConfig.loss()``; the sum of the ranks' losses equals the unsharded
-    loss.
+    loss. The shift is lossless because the label of every segment's first token is -100 in an HF batch
+    (``collate_packs`` masks it; an HF loss would score it against the previous segment's last token), so
+    :func:`unshard_context_parallel` gives the HF labels back exactly.
 
     Raises:
         ValueError: not a thd batch, bad ``cp_size``/``cp_rank``, a segment length not divisible by
-            ``2 * cp_size``, or a per-token tensor whose length is not the batch's token count.
+            ``2 * cp_size``, a per-token tensor whose length is not the batch's token count, or (HF labels,
+            ``cp_size > 1``) a segment whose first label is not -100 or whose first ``loss_mask`` is not 0.
 
     Example:
         >>> from packwise.assemble import assemble_pack, collate_packs
@@ -130,20 +133,50 @@ def _shifted(batch: dict, total: int) -> dict:
     labels = batch["labels"]
     if labels.shape[-1] != total:
         raise ValueError(f"batch['labels'] has shape {tuple(labels.shape)}; expected {total} tokens on axis 1")
-    seg = torch.repeat_interleave(torch.arange(cu.shape[0] - 1), cu.diff()).to(labels.device).expand_as(labels)
+    seg = _segments(cu).to(labels.device).expand_as(labels)
+    starts = cu[:-1][cu.diff() > 0].to(labels.device)
+    heads = labels[..., starts]
+    if bool((heads != -100).any()):
+        k = int(torch.nonzero((heads != -100).reshape(-1, starts.numel()).any(0))[0])
+        raise ValueError(
+            f"labels[{int(starts[k])}] (the first token of segment {k}) is {int(heads[..., k].flatten()[0])}, "
+            "not -100: "
+            "shifting HF labels before the context-parallel split would lose it (an HF loss scores it against the "
+            "previous segment's last token); set it to -100, as collate_packs does"
+        )
     out = dict(batch, labels=shift_labels(labels, seg), labels_shifted=True)
     if isinstance(batch.get("loss_mask"), torch.Tensor):
         mask = batch["loss_mask"]
+        if bool((mask[..., starts] != 0).any()):
+            raise ValueError(
+                "loss_mask is not 0 at the first token of every segment: shifting it before the context-parallel "
+                "split would lose that value; set it to 0 there (that token has no HF target)"
+            )
         out["loss_mask"] = shift_labels(mask.long(), seg, ignore_index=0).to(mask.dtype)
     out["shift_labels"] = out["labels"]
     return out
 
 
+def _segments(cu: torch.Tensor) -> torch.Tensor:
+    """``(T,)`` int64 physical segment of every token from ``cu_seqlens_padded``."""
+    return torch.repeat_interleave(torch.arange(cu.shape[0] - 1), cu.diff())
+
+
 def unshard_context_parallel(shards: Sequence[PackedBatch]) -> PackedBatch:
     """Inverse of :func:`shard_for_context_parallel`: the shards of ranks ``0 .. cp-1`` -> the full batch.
 
+    Exact: HF labels that the split shifted (the shards carry ``shift_labels``) come back unshifted, with
+    their ``loss_mask``, ``labels_shifted=False`` and no ``shift_labels``.
+
     Raises:
         ValueError: shards missing, out of rank order, or from different batches.
+
+    Example:
+        >>> from packwise.assemble import assemble_pack, collate_packs
+        >>> batch = collate_packs([assemble_pack([{"input_ids": [1, 2, 3, 4]}])])
+        >>> shards = [shard_for_context_parallel(batch, cp_size=2, cp_rank=r) for r in range(2)]
+        >>> shards[0]["labels"].tolist(), unshard_context_parallel(shards)["labels"].tolist()
+        ([[2, -100]], [[-100, 2, 3, 4]])
     """
     if not shards:
         raise ValueError("unshard_context_parallel needs the shards of every rank")
@@ -171,4 +204,13 @@ def unshard_context_parallel(shards: Sequence[PackedBatch]) -> PackedBatch:
         for s, idx in zip(shards, indices):
             full.index_copy_(axis, idx.to(t.device), s[name])
         out[name] = full
+    if "shift_labels" in out and out.get("labels_shifted") is True and cp_size > 1:  # shifted by the split: undo
+        seg = _segments(torch.as_tensor(cu).to(torch.int64).cpu())
+        labels = out.pop("shift_labels")
+        out["labels"] = unshift_labels(labels, seg.to(labels.device).expand_as(labels))
+        if isinstance(out.get("loss_mask"), torch.Tensor):
+            mask = out["loss_mask"]
+            back = unshift_labels(mask.long(), seg.to(mask.device).expand_as(mask), ignore_index=0)
+            out["loss_mask"] = back.to(mask.dtype)
+        out["labels_shifted"] = False
     return out

@@ -36,7 +36,9 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
     Returns:
         A :class:`PackedSequence` of ``ΣB lengths`` tokens (``labels_shifted`` records the convention);
         ``columns["loss_mask"]`` holds the packed ``loss_mask`` (its dtype) when the batch has one;
-        ``input_ids`` is None when the batch has none (label-only pipeline stages).
+        ``input_ids`` is None when the batch has none (label-only pipeline stages); a batch with neither
+        ``input_ids`` nor ``labels`` (a middle pipeline stage: only ``position_ids`` or only ``loss_mask``, as
+        Megatron-Bridge's ``pack_language_shard`` packs it) gets ``labels`` of -100 (no target on that stage).
 
     Raises:
         ValueError: no tensor to take a device from, shapes that disagree, lengths out of ``[0, S]``, a
@@ -50,6 +52,9 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
         ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [0, 1, 0, 1, 2])
         >>> flatten_padded_batch(b, lengths=[2, 3], labels="hf").labels.tolist()
         [-100, 2, -100, 4, 5]
+        >>> mid = flatten_padded_batch({"position_ids": torch.tensor([[0, 1, 0], [0, 1, 2]])}, lengths=[2, 3])
+        >>> mid.position_ids.tolist(), mid.cu_seqlens.tolist(), mid.input_ids is None
+        ([0, 1, 0, 1, 2], [0, 2, 5], True)
     """
     shifted = check_labels(labels) == "shifted"
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
@@ -67,7 +72,10 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
     ref = tensors[ref_name]
     if ref.dim() < 2:
         raise ValueError(f"batch[{ref_name!r}] has shape {tuple(ref.shape)}; expected [B, S]")
-    b, s = int(ref.shape[0]), int(ref.shape[1])
+    mrope = ref_name == "position_ids" and ref.dim() == 3  # MRoPE [3, B, S]: rows and width on axes 1 and 2
+    if mrope and ref.shape[0] != 3:
+        raise ValueError(f"batch['position_ids'] has shape {tuple(ref.shape)}; expected [B, S] or MRoPE [3, B, S]")
+    b, s = (int(ref.shape[1]), int(ref.shape[2])) if mrope else (int(ref.shape[0]), int(ref.shape[1]))
     if lengths.shape[0] != b:
         raise ValueError(f"lengths has {lengths.shape[0]} entries for a batch of {b} rows")
     if bool((lengths < 0).any()) or bool((lengths > s).any()):
@@ -101,6 +109,8 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
             if name in ("attention_mask", "loss_mask") or (name == "labels" and "input_ids" in tensors):
                 continue  # labels are placed below exactly as declared by ``labels=`` (not guessed per row)
             seq[name] = t[:, row, :n] if name == "position_ids" and t.dim() == 3 else t[row, :n]
+        if "input_ids" not in tensors and "labels" not in tensors:  # a middle pipeline stage: no targets here
+            seq["labels"] = torch.full((n,), -100, dtype=torch.int64, device=ref.device)
         sequences.append(seq)
     pack = assemble_pack(sequences, labels_shifted=shifted)
     changes = {}

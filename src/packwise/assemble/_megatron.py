@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -23,6 +25,12 @@ def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
     each document within its own padded segment, whose padding carries no label and no loss mask. Attention
     is unchanged for the real tokens (padding follows them inside each causal segment); MoE layers need the
     batch's ``padding_mask`` then.
+
+    Hybrid (Mamba) layers reset their state at document boundaries from these same fields: megatron-core
+    0.16's ``MambaMixer._create_packed_seq_idx`` builds its ``seq_idx`` from ``cu_seqlens_q_padded`` and
+    the row length. Where the installed ``PackedSeqParams`` defines ``total_tokens`` (later megatron-core)
+    it is set to the physical tokens of the row, and ``seq_idx`` (where defined) to the ``[1, T]`` int32
+    segment index of every token; the fields are looked up on the class, not inferred from a version.
 
     Raises:
         ValueError: a padded-layout batch (Megatron THD needs one row).
@@ -66,4 +74,33 @@ def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
         from megatron.core.packed_seq_params import PackedSeqParams
     except ImportError:
         return fields
-    return PackedSeqParams(**fields)
+    return PackedSeqParams(**fields, **hybrid_fields(PackedSeqParams, cu_padded))
+
+
+def hybrid_fields(params_class, cu_padded: torch.Tensor) -> dict:
+    """``total_tokens`` / ``seq_idx`` for ``params_class`` — only the ones its dataclass fields define.
+
+    ``total_tokens`` is the physical row length ``cu_padded[-1]`` (an int); ``seq_idx`` the ``[1, T]`` int32
+    index of the segment each token lies in (Mamba's ``seq_idx``, the layout its kernels reset state on).
+
+    Example:
+        >>> import dataclasses, torch
+        >>> @dataclasses.dataclass
+        ... class Params:
+        ...     total_tokens: int = None
+        ...     seq_idx: torch.Tensor = None
+        >>> out = hybrid_fields(Params, torch.tensor([0, 3, 5]))
+        >>> out["total_tokens"], out["seq_idx"].tolist()
+        (5, [[0, 0, 0, 1, 1]])
+        >>> hybrid_fields(object, torch.tensor([0, 3, 5]))
+        {}
+    """
+    names = {f.name for f in dataclasses.fields(params_class)} if dataclasses.is_dataclass(params_class) else set()
+    out: dict = {}
+    if "total_tokens" in names:
+        out["total_tokens"] = int(cu_padded[-1])
+    if "seq_idx" in names:
+        lengths = cu_padded.diff().to(torch.int64)
+        segments = torch.arange(lengths.numel(), device=cu_padded.device)
+        out["seq_idx"] = torch.repeat_interleave(segments, lengths).to(torch.int32).unsqueeze(0)
+    return out

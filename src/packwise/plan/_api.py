@@ -188,7 +188,9 @@ def plan_packs(
         algorithm: one of :data:`ALGORITHMS` or an alias (``bfd``, ``ffd``, ``ffs``, ``mffd``,
             ``spfhp``, ``lpfhp``, ``concatenative``).
         max_sequences_per_pack: close a pack once it holds this many sequences.
-        min_packs: at least this many packs (data-parallel ranks), reached by splitting the fullest packs.
+        min_packs: at least this many packs (data-parallel ranks), reached by splitting in two (LPT halves)
+            the pack whose smaller half holds the most tokens, repeatedly (each split makes the largest
+            smaller pack it can: ``[99,1] [30,30,30]`` -> ``[99,1] [30,30] [30]``, not a 1-token pack).
         pack_count_multiple: the number of packs is rounded up to a multiple of this, the same way.
         seed: seed of the local RNG of randomised algorithms (``first_fit_shuffle``; default 0);
             ignored by deterministic ones.

@@ -2,8 +2,10 @@
 
 Data-parallel ranks must run the same number of micro-batches (NeMo-RL #718 / PR #748). NeMo-RL reaches
 the target by appending empty bins and moving single sequences into them, which leaves tiny packs;
-packwise instead splits the *fullest* pack (by aligned tokens; ties: lowest pack index) into two halves
-balanced by the LPT rule, repeatedly, until the target is met. Each half keeps the relative order of its
+packwise instead splits a pack into two halves balanced by the LPT rule, repeatedly, until the target is
+met — each time the pack (or piece of one) whose *smaller* half holds the most aligned tokens (ties: the
+fuller pack, then the lowest pack index). Splitting the fullest pack instead would cut ``[99, 1]`` into a
+1-token crumb where ``[30, 30, 30]`` gives ``[60, 30]``. Each half keeps the relative order of its
 sequences; the first half takes the pack's place and the second follows it. Never adds empty packs,
 never drops a sequence; raises when N is smaller than the target.
 """
@@ -36,30 +38,36 @@ def split_to_target(
         )
     sizes = np.diff(offsets)
     pack_cost = np.add.reduceat(costs[order], offsets[:-1]) if p else np.zeros(0, dtype=np.int64)
-    splittable = np.flatnonzero(sizes >= 2)
-    ranked = splittable[np.lexsort((splittable, -pack_cost[splittable]))].tolist()
-    feed = 0
-    heap: list = []  # (-cost, pack, uid)
+    # Lazy max-heap on the smaller half: (-key, not exact, -cost, pack, uid). An unevaluated piece's key is
+    # the bound cost // 2 (a smaller half never holds more); it is evaluated when it reaches the top.
+    heap: list = []
     pieces: dict[int, list[int]] = {}  # pack -> piece uids in order
     arrays: dict[int, np.ndarray] = {}
+    halves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     uid = 0
+    for pack in np.flatnonzero(sizes >= 2).tolist():
+        arrays[uid] = order[offsets[pack] : offsets[pack + 1]]
+        cost = int(pack_cost[pack])
+        heap.append((-(cost // 2), 1, -cost, pack, uid))
+        uid += 1
+    heapq.heapify(heap)
     for _ in range(target - p):
-        nxt = ranked[feed] if feed < len(ranked) else None
-        if nxt is not None and (not heap or (-int(pack_cost[nxt]), nxt) < (heap[0][0], heap[0][1])):
-            feed += 1
-            arrays[uid] = order[offsets[nxt] : offsets[nxt + 1]]
-            pieces[nxt] = [uid]
-            cur_pack, cur_uid = nxt, uid
-            uid += 1
-        else:
-            _, cur_pack, cur_uid = heapq.heappop(heap)
-        a, b = _halves(arrays.pop(cur_uid), costs)
-        slot = pieces[cur_pack].index(cur_uid)
-        pieces[cur_pack][slot : slot + 1] = [uid, uid + 1]
+        while True:
+            _, lazy, neg_cost, pack, cur = heapq.heappop(heap)
+            if not lazy:
+                break
+            a, b = halves[cur] = lpt_halves(arrays[cur], costs)
+            heapq.heappush(heap, (-min(int(costs[a].sum()), int(costs[b].sum())), 0, neg_cost, pack, cur))
+        a, b = halves.pop(cur)
+        arrays.pop(cur)
+        slots = pieces.setdefault(pack, [cur])
+        slot = slots.index(cur)
+        slots[slot : slot + 1] = [uid, uid + 1]
         for arr in (a, b):
             arrays[uid] = arr
             if arr.shape[0] >= 2:
-                heapq.heappush(heap, (-int(costs[arr].sum()), cur_pack, uid))
+                cost = int(costs[arr].sum())
+                heapq.heappush(heap, (-(cost // 2), 1, -cost, pack, uid))
             uid += 1
     chunks = []
     sizes_out = []
@@ -79,7 +87,14 @@ def split_to_target(
     return np.concatenate(chunks).astype(np.int64), new_offsets
 
 
-def _halves(members: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def lpt_halves(members: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two halves of ``members`` balanced by the LPT rule (largest cost first onto the lighter half; ties: the
+    first half), each in the members' order.
+
+    Example:
+        >>> [h.tolist() for h in lpt_halves(np.arange(3), np.array([30, 30, 30]))]
+        [[0, 2], [1]]
+    """
     c = costs[members]
     loads = [0, 0]
     side = np.empty(members.shape[0], dtype=bool)

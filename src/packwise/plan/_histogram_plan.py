@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._api import MAX_CAPACITY, _optional_int, check_algorithm_options, resolve_algorithm
-from ._constraints import pack_count_target, split_to_target
+from ._constraints import lpt_halves, pack_count_target, split_to_target
 from ._engine import HistogramBuilder
 from ._finalize import Chains
 from ._fit_decreasing import place_decreasing
@@ -214,8 +214,14 @@ def _split(plan: HistogramPlan, target: int, why: str) -> HistogramPlan:
     o, tc = plan.template_offsets, plan.template_costs
     t_cost = np.add.reduceat(tc, o[:-1])
     t_size = np.diff(o)
-    chosen: list[int] = []  # packs to materialise: the fullest splittable ones, ties by pack index
-    for t in np.lexsort((plan.template_start, -t_cost)).tolist():
+    # Packs to materialise: the ones split_to_target would split first — by the cost of the smaller LPT half
+    # (the same for every pack of a template), then the fuller pack, then the pack index.
+    small = np.asarray(
+        [min(int(tc[o[t] + h].sum()) for h in lpt_halves(np.arange(t_size[t]), tc[o[t] : o[t + 1]])) if t_size[t] >= 2
+         else -1 for t in range(t_size.shape[0])], dtype=np.int64,
+    )  # fmt: skip
+    chosen: list[int] = []
+    for t in np.lexsort((plan.template_start, -t_cost, -small)).tolist():
         if t_size[t] < 2:
             continue
         take = min(need - len(chosen), int(plan.template_packs[t]))

@@ -59,7 +59,9 @@ from ._overflow import (
     check_media,
     loss_tokens,
     media_spans,
+    piece_group,
     slice_sample,
+    trl_loss_mask,
     zero_counts,
 )
 
@@ -194,23 +196,7 @@ class PackwiseTaskEncoderMixin:
         fields = {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
         masks = {f: _tensor(v) for f in TRL_MASKS if (v := getattr(sample, f, None)) is not None}
         if masks:  # TRL's loss masks are the loss mask, as pack_dataset and PackedDataCollator read them
-            given = [k for k in ("labels", "loss_mask") if k in fields]
-            if given:
-                raise ValueError(
-                    f"sample {sample.__key__!r} has {next(iter(masks))!r} and {given[0]!r}: which tokens are targets "
-                    f"is ambiguous; keep one of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask)"
-                )
-            keep = torch.ones(fields["input_ids"].numel(), dtype=torch.bool)
-            for name, m in masks.items():
-                m = m.reshape(-1)
-                if m.shape[0] != keep.shape[0] or not bool(((m == 0) | (m == 1)).all()):
-                    raise ValueError(
-                        f"sample {sample.__key__!r}: {name} must hold one 0/1 per input id ({m.shape[0]} values, "
-                        f"{keep.shape[0]} input ids)"
-                    )
-                keep &= m.bool()
-                fields.pop(name, None)
-            fields["loss_mask"] = keep
+            fields = trl_loss_mask(fields, masks, where=f"sample {sample.__key__!r}")
         return fields
 
     def _fit(self, sample, limit: int) -> tuple[list[dict], dict]:
@@ -258,12 +244,13 @@ class PackwiseTaskEncoderMixin:
 
     # ------------------------------------------------------------------ Energon hooks
     def select_samples_to_pack(self, samples: list) -> list[list]:
-        """Plan the buffer with packwise, per compatibility group; every sample is used exactly once.
+        """Plan the buffer with packwise, per compatibility group; every sample is used exactly once (once per piece).
 
-        Over-long samples: ``truncate`` plans the kept head; ``split`` puts the sample alone (its pieces
-        become packs); ``drop`` and unfittable samples ride along in the first group, where
-        ``pack_selected_samples`` leaves them out and counts them. A buffer in which nothing fits is
-        dropped with a warning (and counted).
+        Over-long samples: ``truncate`` plans the kept head; ``split`` gives each piece a group of its own
+        (piece ``k`` is ``k + 1`` references to the sample, so every group is one pack and Energon's saved
+        state never holds a half-used group: a restore after any batch is exact); ``drop`` and unfittable
+        samples ride along in the first group, where ``pack_selected_samples`` leaves them out and counts
+        them. A buffer in which nothing fits is dropped with a warning (and counted).
 
         Raises:
             FatalSampleError: ``packing_capacity`` not set, ``packing_overflow='error'`` with a sample over the
@@ -290,7 +277,7 @@ class PackwiseTaskEncoderMixin:
                     riders.append(i)
                     continue
                 if len(pieces) > 1:
-                    alone.append(i)
+                    alone.append((i, len(pieces)))
                     continue
                 n = len(pieces[0]["input_ids"])
             groups.setdefault(self.packing_key(s), []).append((i, n))
@@ -299,10 +286,17 @@ class PackwiseTaskEncoderMixin:
             lengths = np.asarray([n for _, n in members], dtype=np.int64)
             plan = plan_packs(lengths, **self._packwise()["plan"])
             out += [[members[j][0] for j in pack.tolist()] for pack in plan.packs()]
-        out += [[i] for i in alone]
+        plain = len(out)
+        # A split sample's piece k is the group of k + 1 references to it: one pack per group, so Energon's
+        # state (which drops a group from its buffer before the packs it yields are batched) never holds a
+        # half-consumed group, and the group alone says which piece to build (a pure function, restorable).
+        for i, n_pieces in alone:
+            out += [[i] * (k + 1) for k in range(n_pieces)]
         if riders:
-            if out:
+            if plain:
                 out[0] += riders
+            elif out:  # only split samples: the riders are a group of their own (no pack, counted)
+                out.append(riders)
             else:
                 warnings.warn(
                     f"packwise: every one of {len(samples)} samples in an Energon packing buffer is over "
@@ -314,9 +308,12 @@ class PackwiseTaskEncoderMixin:
                     self._count(self._fit(samples[i], limit)[1])
         used = np.zeros(len(samples), dtype=np.int64)
         for group in out:
-            used[group] += 1
-        if not (used == 1).all() and out:  # an internal invariant: Energon would silently drop or repeat samples
-            raise RuntimeError(f"packwise internal error: samples used {used.tolist()} times")
+            used[sorted(set(group))] += 1
+        want = np.ones(len(samples), dtype=np.int64)
+        for i, n_pieces in alone:
+            want[i] = n_pieces
+        if not (used == want).all() and out:  # an internal invariant: Energon would silently drop or repeat samples
+            raise RuntimeError(f"packwise internal error: samples used {used.tolist()} times, expected {want.tolist()}")
         return [[samples[i] for i in group] for group in out]
 
     def _count(self, delta: dict) -> None:
@@ -328,7 +325,8 @@ class PackwiseTaskEncoderMixin:
         """Yield the pack(s) of a selected group, assembled by :func:`packwise.assemble.assemble_pack`.
 
         Members over the capacity get the overflow policy again (a pure function: a restored pack is
-        identical); a split member yields one pack per piece.
+        identical); piece ``k`` of a split sample is the group of ``k + 1`` references to it (see
+        ``select_samples_to_pack``); a split sample sharing a group with others is refused.
 
         Raises:
             FatalSampleError: anything that fails, so Energon cannot drop the group silently.
@@ -343,27 +341,36 @@ class PackwiseTaskEncoderMixin:
 
     def _packs(self, samples: list):
         limit = self._limit()
+        piece = piece_group(samples)  # k + 1 references to one sample: piece k of a split sample (see _select)
+        fits = [self._fit(s, limit) for s in (samples[:1] if piece is not None else samples)]
+        if piece is not None and len(fits[0][0]) > 1:
+            pieces, delta = fits[0]
+            if piece >= len(pieces):
+                raise ValueError(f"a group of {len(samples)} references to sample {samples[0].__key__!r} asks for "
+                                 f"piece {piece}, but the sample splits into {len(pieces)}")  # fmt: skip
+            counts = delta if piece == 0 else zero_counts()  # a sample's counts go with its first piece
+            self._count(counts)
+            self.packing_counts["samples"] += int(piece == 0)
+            yield self._packed(samples[0], [pieces[piece]], [f"{samples[0].__key__}#{piece}"], counts)
+            return
+        if piece is not None and len(samples) > 1:
+            fits = [fits[0]] + [self._fit(s, limit) for s in samples[1:]]
+        split = [s.__key__ for s, (pieces, _) in zip(samples, fits) if len(pieces) > 1]
+        if split:
+            raise ValueError(
+                f"sample {split[0]!r} splits into several packs but shares a group with {len(samples) - 1} other "
+                "sample(s); its pieces are groups of their own — group the buffer with select_samples_to_pack"
+            )
         counts = zero_counts()
-        members, keys, split = [], [], []
-        for s in samples:
-            pieces, delta = self._fit(s, limit)
+        for _, delta in fits:
             for k, v in delta.items():
                 counts[k] += v
-            if len(pieces) > 1:
-                split.append((s, pieces))
-            elif pieces:
-                members.append(pieces[0])
-                keys.append(s.__key__)
         self._count(counts)
         self.packing_counts["samples"] += len(samples)
-        first = True
+        members = [pieces[0] for pieces, _ in fits if pieces]
         if members:
+            keys = [s.__key__ for s, (pieces, _) in zip(samples, fits) if pieces]
             yield self._packed(samples[0], members, keys, counts)
-            first = False
-        for s, pieces in split:
-            for k, piece in enumerate(pieces):
-                yield self._packed(s, [piece], [f"{s.__key__}#{k}"], counts if first else zero_counts())
-                first = False
 
     def _packed(self, head, members: list[dict], keys: list, counts: dict) -> PackedSample:
         names = {k for m in members for k in m if k not in MEDIA_KEYS}

@@ -161,3 +161,42 @@ def boundary_target(fields: Mapping, start: int) -> int:
     if mask is not None:
         return int(bool(mask[start]))
     return 1
+
+
+def piece_group(samples: list) -> int | None:
+    """``k`` when the group is ``k + 1`` references to one sample (same ``__key__`` and restore key), else None:
+    the mixin's selector asks for piece ``k`` of a split sample that way (one pack per Energon group)."""
+    if len(samples) < 1:
+        return None
+    head = samples[0]
+    ident = (getattr(head, "__key__", None), getattr(head, "__restore_key__", None))
+    if len(samples) > 1 and any((getattr(x, "__key__", None), getattr(x, "__restore_key__", None)) != ident
+                                for x in samples[1:]):  # fmt: skip
+        return None
+    return len(samples) - 1
+
+
+def trl_loss_mask(fields: dict, masks: Mapping[str, torch.Tensor], *, where: str) -> dict:
+    """``fields`` with TRL's ``completion_mask`` / ``assistant_masks`` (``masks``) read as one ``loss_mask``.
+
+    Raises:
+        ValueError: ``labels`` or ``loss_mask`` next to them (ambiguous targets), or a mask that is not one
+            0/1 per input id.
+    """
+    given = [k for k in ("labels", "loss_mask") if k in fields]
+    if given:
+        raise ValueError(
+            f"{where} has {next(iter(masks))!r} and {given[0]!r}: which tokens are targets is ambiguous; keep one "
+            f"of them ({given[0]!r}, or {' + '.join(masks)} read as loss_mask)"
+        )
+    keep = torch.ones(fields["input_ids"].numel(), dtype=torch.bool)
+    for name, m in masks.items():
+        m = m.reshape(-1)
+        if m.shape[0] != keep.shape[0] or not bool(((m == 0) | (m == 1)).all()):
+            raise ValueError(
+                f"{where}: {name} must hold one 0/1 per input id ({m.shape[0]} values, {keep.shape[0]} input ids)"
+            )
+        keep &= m.bool()
+        fields.pop(name, None)
+    fields["loss_mask"] = keep
+    return fields
