@@ -19,7 +19,16 @@ from functools import partial
 
 import torch
 
-from ...assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
+from ...assemble import (
+    BATCH_KEYS,
+    HF_KEYS,
+    MEDIA_KEYS,
+    PackedBatch,
+    PackedSequence,
+    assemble_batch,
+    assemble_pack,
+    collate_packs,
+)
 from ...attention import BACKENDS, Backend
 from ._attention import packwise_attention_forward
 from ._features import _split
@@ -124,6 +133,7 @@ class PackedDataCollator:
             return batch
         out = {k: batch[k] for k in HF_KEYS}
         out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
+        out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
         return out
 
 
