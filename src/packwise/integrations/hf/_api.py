@@ -41,6 +41,7 @@ from ._guard import (
     check_model,
     position_offset,
 )
+from ._router import without_padding
 
 __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
@@ -134,6 +135,8 @@ class PackedDataCollator:
         out = {k: batch[k] for k in HF_KEYS}
         out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
         out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
+        if bool(batch["padding_mask"].any()):  # for the router statistics of MoE models (see _router.py)
+            out["padding_mask"] = batch["padding_mask"]
         return out
 
 
@@ -313,6 +316,7 @@ def _wrap_forward(model) -> None:
             )
         if str(getattr(self.config, "_attn_implementation", "")).startswith("packwise"):
             _check_boundaries(kwargs, offset)
+        kwargs = without_padding(self, kwargs, kwargs.pop("padding_mask", None))
         return type(self).forward(self, *args, **kwargs)
 
     params = list(inspect.signature(type(model).forward).parameters.values())
