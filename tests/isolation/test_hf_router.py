@@ -92,5 +92,5 @@ def test_aux_loss_of_padded_batch_equals_tight_pack(family):
 def test_padding_mask_with_an_attention_mask_is_refused():
     model = _model("qwen3_moe")
     b = _batches()["multiple"]
-    with pytest.raises(ValueError, match="both padding_mask .* and an attention_mask"):
+    with pytest.raises(ValueError, match=r"both padding_mask .* and an attention_mask"):
         model(**b, attention_mask=torch.ones_like(b["input_ids"]))
