@@ -41,6 +41,7 @@ from ._guard import (
     check_model,
     position_offset,
 )
+from ._mask import check_mask_only_features
 from ._router import without_padding
 
 __all__ = [
@@ -289,6 +290,7 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; use one of {', '.join(BACKENDS)}")
     check_model(model, backend, allow)
+    check_mask_only_features(model)  # whatever allow= says
     name = register_packed_attention(backend)
     try:
         model.set_attn_implementation(name)
