@@ -27,8 +27,7 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
     if feature.get("input_ids") is None:
         raise ValueError(f"feature {index} has no 'input_ids' or it is None (keys: {sorted(feature)})")
-    given = feature["input_ids"]
-    if (given.numel() if isinstance(given, torch.Tensor) else np.size(given)) == 0:
+    if _empty(feature["input_ids"]):
         raise ValueError(
             f"feature {index} has no tokens (input_ids is empty): an empty row holds no document to pack. Drop "
             "empty rows before collating (dataset.filter(lambda r: len(r['input_ids']) > 0))"
@@ -117,6 +116,13 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
 
 #: Columns :func:`_sequences` reads itself (the others, per-token ones, are carried per document as they are).
 _READ = frozenset({"attention_mask", "seq_lengths", "position_ids", *MEDIA_KEYS})
+
+
+def _empty(ids) -> bool:
+    """Whether an ``input_ids`` value holds no token (a ragged list is not empty: ``_array`` names it)."""
+    if isinstance(ids, (torch.Tensor, np.ndarray)):
+        return ids.size == 0 if isinstance(ids, np.ndarray) else ids.numel() == 0
+    return isinstance(ids, (list, tuple)) and len(ids) == 0
 
 
 def _carried(name: str, value) -> bool:
