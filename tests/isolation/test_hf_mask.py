@@ -40,21 +40,32 @@ def test_qwen2_moe_window_layers_keep_their_window_packed(docs):
     assert not leaked.isolated and leaked.max_abs_diff > 0.1, leaked
 
 
+def _blt():
+    layers = dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=1, intermediate_size=64)
+    cfg = t.BltConfig(
+        vocab_size=260, patch_in_forward=False, encoder_hash_byte_group_vocab=64, encoder_config=layers, decoder_config=layers, global_config=layers,
+        patcher_config=layers,
+    )  # fmt: skip
+    return t.BltForCausalLM(cfg)
+
+
 @pytest.mark.parametrize(
-    "family, build",
+    "build, where",
     [
-        (
-            "Phimoe",
-            lambda: t.PhimoeForCausalLM(t.PhimoeConfig(**_base(VOCAB), sliding_window=8, num_local_experts=4, **MOE)),
-        ),
-        ("Doge", lambda: t.DogeForCausalLM(t.DogeConfig(**_base(VOCAB), sliding_window=8))),
+        (lambda: t.PhimoeForCausalLM(t.PhimoeConfig(**_base(VOCAB), sliding_window=8, num_local_experts=4, **MOE)),
+         r"PhimoeAttention \(model.layers.0.self_attn\) applies PhimoeConfig.sliding_window=8"),
+        (lambda: t.DogeForCausalLM(t.DogeConfig(**_base(VOCAB), sliding_window=8)),
+         r"DogeAttention \(model.layers.0.self_attn\) applies DogeConfig.sliding_window=8"),
+        (_blt, r"BltSelfAttention \(model.local_encoder.layers.0.self_attn\) applies "
+               r"BltLocalEncoderConfig.sliding_window=512"),
     ],
-)
-def test_mask_only_window_is_refused_even_under_allow(family, build):
+)  # fmt: skip
+def test_mask_only_window_is_refused_even_under_allow(build, where):
     torch.manual_seed(0)
-    with pytest.raises(PackingRefused, match=rf"{family}Attention \(model.layers.0.self_attn\) applies "
-                       rf"{family}Config.sliding_window=8 only through the attention mask"):  # fmt: skip
-        use_packed_attention(build().eval(), allow=ALLOW)
+    model = build().eval()
+    every_class = sorted({type(m).__name__ for m in model.modules()})  # allow= cannot opt the window in
+    with pytest.raises(PackingRefused, match=where + " only through the attention mask"):
+        use_packed_attention(model, allow=every_class)
 
 
 def test_no_window_no_refusal():
