@@ -94,3 +94,23 @@ def test_padding_mask_with_an_attention_mask_is_refused():
     b = _batches()["multiple"]
     with pytest.raises(ValueError, match=r"both padding_mask .* and an attention_mask"):
         model(**b, attention_mask=torch.ones_like(b["input_ids"]))
+
+
+def test_trainer_loss_of_padded_batch_equals_tight_pack(tmp_path):
+    # a real transformers.Trainer: its dataloader runs the collator, compute_loss feeds the patched forward
+    model = _model("qwen3_moe")
+    model.config.output_router_logits = True  # CE + router_aux_loss_coef (0.001) * aux
+    args = t.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, per_device_train_batch_size=3)
+    losses = {}
+    for kind, collator in {
+        "tight": PackedDataCollator(),
+        "multiple": PackedDataCollator(pad_to_multiple_of=32),
+    }.items():
+        trainer = t.Trainer(model=model, args=args, train_dataset=ROWS, data_collator=collator)
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        assert ("padding_mask" in batch) == (kind == "multiple")
+        with torch.no_grad():
+            losses[kind] = trainer.compute_loss(model, batch).item()
+    assert losses["tight"] == pytest.approx(4.6607256, abs=1e-5)
+    # before: 4.6606832 with ROWS in order (the padding counted in the aux loss)
+    assert losses["multiple"] == pytest.approx(losses["tight"], abs=2e-6)
