@@ -185,7 +185,13 @@ def _table(model: str, docs, reports, raw_reports):
 
     sizes = [int((d["input_ids"] if isinstance(d, dict) else d).numel()) for d in docs]
     t = Table(title=f"packwise verify — {model}, documents of {sizes} tokens packed")
-    notes = ["Δgrad: every parameter gradient, compared once per path (cache off, eval); – where not compared"]
+    notes = [
+        "Δgrad: every parameter gradient, compared once per path (cache off, eval); – where not compared",
+        "Δgrad noise floor: differences within 16 ulps of the model's largest gradient count 0",
+    ]
+    off = sorted({x for r in reports for x in r.dropout_off})
+    if off:
+        notes.append(f"train rows: dropout switched off for a deterministic comparison: {', '.join(off)}")
     if any(r.path == "packwise/flex" for r in reports) and not any(
         r.grad_max_rel_diff is not None for r in reports if r.path == "packwise/flex"
     ):

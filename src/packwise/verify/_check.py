@@ -9,6 +9,7 @@ gradient must match, and changing document A must not move document B's logits.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -17,6 +18,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ..hf import PackedDataCollator
 from ..loss import packed_cross_entropy
+from ._determinism import no_dropout
 
 Inputs = Literal["packwise", "position_ids", "none"]
 
@@ -33,7 +35,12 @@ class EquivalenceReport:
         loss_packed, loss_unpacked: token-mean cross-entropy over all documents (same global count).
         loss_abs_diff: |loss_packed - loss_unpacked|.
         grad_max_rel_diff: max over parameters of max|g_packed - g_alone| / max|g_alone| (None if skipped);
-            the denominator is at least 1e-6 of the model's largest gradient (zero-gradient parameters).
+            a parameter whose difference is within ``grad_noise_floor`` counts 0.
+        grad_noise_floor: the absolute gradient difference taken as float noise: 16 ulps (``16 * eps`` of the
+            gradient dtype) of the model's largest gradient. A gradient that is zero in exact arithmetic
+            (OPT's ``k_proj.bias``: softmax ignores a per-key constant) holds only such noise.
+        dropout_off: what was switched off for a deterministic train-mode comparison (``Class.attr=value
+            (xN)``; see :func:`packwise.verify._determinism.no_dropout`); empty in eval mode.
         perturbation_max_abs_diff: max change of the other documents' logits when document 0 changes.
         atol, rtol, grad_rtol: tolerances used (logits: ``|packed - alone| <= atol + rtol * |alone|`` per
             element, as :func:`torch.testing.assert_close`).
@@ -54,6 +61,8 @@ class EquivalenceReport:
     grad_rtol: float
     isolated: bool = field(default=False)
     rtol: float = 0.0
+    grad_noise_floor: float | None = None
+    dropout_off: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -159,7 +168,7 @@ def check_equivalence(
             ~20 in a 30-layer fp32 model; a leak moves them by 1e-2 or more.
         grad_rtol: tolerance on the relative gradient difference.
         use_cache: passed to every forward (None: the model's default).
-        train: run in train mode (dropout must be 0 for a deterministic comparison).
+        train: run in train mode; every dropout is switched off for the check (named in ``dropout_off``).
         inputs: what the packed forward receives: ``packwise`` (collator output: position ids +
             ``cu_seq_lens``), ``position_ids`` (HF's plain padding-free path), ``none`` (no boundaries at
             all — must fail).
@@ -201,27 +210,13 @@ def check_equivalence(
     inputs = (inputs, position_offset)
     was_training = model.training
     model.train(train)
+    off: list[str] = []
     try:
-        lengths = [d["input_ids"].shape[0] for d in docs]
-        alone = []
-        with torch.no_grad():
-            for d in docs:
-                alone.append(_forward(model, _alone_batch(d), use_cache)[0])
-            packed = _forward(model, _packed_batch(docs, *inputs), use_cache)[0]
-        diffs, close, start = [], True, 0
-        for logits, n in zip(alone, lengths):
-            delta = (packed[start : start + n] - logits).abs()
-            diffs.append(float(delta.max()))
-            close = close and bool((delta <= atol + rtol * logits.abs()).all())
-            start += n
-        labels = torch.cat([d["labels"] for d in docs])
-        total = int(sum((d["labels"][1:] != IGNORE_INDEX).sum() for d in docs))
-        loss_p = packed_cross_entropy(packed, labels, num_items=total)
-        loss_u = sum(packed_cross_entropy(lg, d["labels"], reduction="sum") for lg, d in zip(alone, docs)) / total
-        grad_diff = _grad_diff(model, docs, inputs, use_cache, total) if check_grads else None
-        perturb = _perturb(model, docs, inputs, use_cache, packed, lengths) if perturbation else None
+        with no_dropout(model) if train else nullcontext(off) as off:
+            result = _compare(model, docs, inputs, use_cache, atol, rtol, check_grads, perturbation)
     finally:
         model.train(was_training)
+    diffs, loss_p, loss_u, grad_diff, noise, perturb, close = result
     ok = close and abs(float(loss_p) - float(loss_u)) <= atol
     ok = ok and (grad_diff is None or grad_diff <= grad_rtol) and (perturb is None or perturb <= atol)
     return EquivalenceReport(
@@ -239,14 +234,39 @@ def check_equivalence(
         grad_rtol=grad_rtol,
         isolated=bool(ok),
         rtol=rtol,
+        grad_noise_floor=noise,
+        dropout_off=tuple(off),
     )
+
+
+def _compare(model, docs, inputs, use_cache, atol, rtol, check_grads, perturbation):
+    """The forwards and backwards of :func:`check_equivalence` (dropout already off in train mode)."""
+    lengths = [d["input_ids"].shape[0] for d in docs]
+    alone = []
+    with torch.no_grad():
+        for d in docs:
+            alone.append(_forward(model, _alone_batch(d), use_cache)[0])
+        packed = _forward(model, _packed_batch(docs, *inputs), use_cache)[0]
+    diffs, close, start = [], True, 0
+    for logits, n in zip(alone, lengths):
+        delta = (packed[start : start + n] - logits).abs()
+        diffs.append(float(delta.max()))
+        close = close and bool((delta <= atol + rtol * logits.abs()).all())
+        start += n
+    labels = torch.cat([d["labels"] for d in docs])
+    total = int(sum((d["labels"][1:] != IGNORE_INDEX).sum() for d in docs))
+    loss_p = packed_cross_entropy(packed, labels, num_items=total)
+    loss_u = sum(packed_cross_entropy(lg, d["labels"], reduction="sum") for lg, d in zip(alone, docs)) / total
+    grad_diff, noise = _grad_diff(model, docs, inputs, use_cache, total) if check_grads else (None, None)
+    perturb = _perturb(model, docs, inputs, use_cache, packed, lengths) if perturbation else None
+    return diffs, loss_p, loss_u, grad_diff, noise, perturb, close
 
 
 def _grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
+def _grad_diff(model, docs, inputs, use_cache, total: int) -> tuple[float, float]:
     params = [p for p in model.parameters() if p.requires_grad]
     model.zero_grad(set_to_none=True)
     logits = _forward(model, _packed_batch(docs, *inputs), use_cache)[0]
@@ -260,16 +280,19 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
     g_alone = _grads(model)
     model.zero_grad(set_to_none=True)
     worst = 0.0
-    # a parameter whose gradient is zero in exact arithmetic (a key bias: softmax ignores it) holds only
-    # float noise; its differences are measured against 1e-6 of the largest gradient of the model instead
-    floor = 1e-6 * max((float(g.abs().max()) for g in g_alone.values()), default=0.0)
+    # a parameter whose gradient is zero in exact arithmetic (a key bias: softmax ignores it) holds only float
+    # noise, which no relative check absorbs: differences within 16 ulps of the model's largest gradient count 0
+    top = max((float(g.abs().max()) for g in g_alone.values()), default=0.0)
+    eps = max((torch.finfo(g.dtype).eps for g in g_alone.values() if g.is_floating_point()), default=0.0)
+    noise = 16 * eps * top
     for name, ga in g_alone.items():
         gp = g_packed.get(name, torch.zeros_like(ga))
-        scale = max(float(ga.abs().max()), floor)
-        if scale > 0:
-            worst = max(worst, float((gp - ga).abs().max()) / scale)
+        delta = float((gp - ga).abs().max())
+        if delta > noise:
+            scale = float(ga.abs().max())
+            worst = max(worst, delta / scale if scale > 0 else float("inf"))
     del params
-    return worst
+    return worst, noise
 
 
 def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:

@@ -19,7 +19,16 @@ from functools import partial
 
 import torch
 
-from ...assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemble_batch, assemble_pack, collate_packs
+from ...assemble import (
+    BATCH_KEYS,
+    HF_KEYS,
+    MEDIA_KEYS,
+    PackedBatch,
+    PackedSequence,
+    assemble_batch,
+    assemble_pack,
+    collate_packs,
+)
 from ...attention import BACKENDS, Backend
 from ._attention import packwise_attention_forward
 from ._features import _split
@@ -32,6 +41,8 @@ from ._guard import (
     check_model,
     position_offset,
 )
+from ._mask import check_mask_only_features
+from ._router import without_padding
 
 __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
@@ -59,13 +70,20 @@ class PackedDataCollator:
             ``model(**batch)``).
 
     Rows may also be :class:`~packwise.assemble.PackedSequence` objects (``PackedParquetDataset`` items).
+    Every other per-token column of a row (``token_type_ids``, ...) travels per document, as
+    :func:`~packwise.assemble.assemble_pack` carries it (padding: 0); scalars and strings stay out. A row's
+    own ``position_ids`` are kept — split by ``seq_lengths`` on a packed row — the one rule of every loader
+    (``collate_packs`` keeps a pack's positions): they are data (a chunk that continues a document at 10);
+    rows without them restart at ``position_offset``. An empty row (no ``input_ids``) is refused by index.
 
     Returns (``__call__``):
         ``input_ids [1, T]`` int64, ``labels [1, T]`` int64 (the first label of every document -100),
         ``position_ids [1, T]`` (MRoPE data: ``[4, 1, T]``, row 0 the text positions Qwen-VL models use to
         detect packing), ``cu_seq_lens_q/k (M+1,)`` int32, ``max_length_q/k`` (ints), and for data with
-        images ``mm_token_type_ids [1, T]``, ``pixel_values``, ``image_grid_thw`` — ready for
-        ``model(**batch)``. No ``attention_mask``.
+        images ``mm_token_type_ids [1, T]``, ``pixel_values``, ``image_grid_thw``; the rows' other per-token
+        columns ``[1, T]``; ``padding_mask [1, T]`` bool (True on alignment/tail padding) only when the batch
+        has padding — the forward patched by :func:`use_packed_attention` keeps it out of MoE router
+        statistics (``hf/_router.py``) — ready for ``model(**batch)``. No ``attention_mask``.
 
     Example:
         >>> collate = PackedDataCollator()
@@ -124,6 +142,9 @@ class PackedDataCollator:
             return batch
         out = {k: batch[k] for k in HF_KEYS}
         out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
+        out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
+        if bool(batch["padding_mask"].any()):  # for the router statistics of MoE models (see _router.py)
+            out["padding_mask"] = batch["padding_mask"]
         return out
 
 
@@ -250,6 +271,10 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     ``cu_seq_lens_q``, ``seq_lengths`` passed to the model itself, or documents whose first position id
     is not the model's :func:`position_offset`. Sliding windows, logit softcapping, attention sinks,
     custom scaling and encoder (bidirectional) attention are honoured per document; ``generate`` works.
+    A sliding window a module applies only through HF's mask is honoured when its layer holds it
+    (qwen2_moe) and refused otherwise (phimoe, doge, blt), whatever ``allow`` says (``hf/_mask.py``). The
+    collator's ``padding_mask`` reaches an MoE model's load-balancing loss as ``attention_mask``, so a
+    padded batch's aux loss is the tight pack's.
     Returns the model (switched in place).
 
     Args:
@@ -260,8 +285,8 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
 
     Raises:
         PackingRefused: (a ``ValueError``) a stateful mixer (Mamba, gated DeltaNet, short conv: named with
-            the model type), an unverified module class (named, with the ``allow`` opt-in), or a config
-            feature the backend cannot honour (field and value).
+            the model type), an unverified module class (named, with the ``allow`` opt-in), a config
+            feature the backend cannot honour (field and value), or a sliding window only HF's mask applies.
         ValueError: an unknown backend, or a model that cannot switch attention implementation (checked on
             ``config._attn_implementation`` and every sub-config afterwards: Falcon only logs a warning).
 
@@ -276,6 +301,7 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; use one of {', '.join(BACKENDS)}")
     check_model(model, backend, allow)
+    check_mask_only_features(model)  # whatever allow= says
     name = register_packed_attention(backend)
     try:
         model.set_attn_implementation(name)
@@ -303,6 +329,7 @@ def _wrap_forward(model) -> None:
             )
         if str(getattr(self.config, "_attn_implementation", "")).startswith("packwise"):
             _check_boundaries(kwargs, offset)
+        kwargs = without_padding(self, kwargs, kwargs.pop("padding_mask", None))
         return type(self).forward(self, *args, **kwargs)
 
     params = list(inspect.signature(type(model).forward).parameters.values())

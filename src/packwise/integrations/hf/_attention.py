@@ -40,7 +40,7 @@ def packwise_attention_forward(
         ValueError: boundaries given together with a populated KV cache (keys longer than queries), or
             boundaries that do not cover the ``B·S`` tokens.
     """
-    window = kwargs.get("sliding_window")
+    window = kwargs.get("sliding_window", getattr(module, "_packwise_window", None))  # the latter: hf/_mask.py
     softcap = kwargs.get("softcap") or None
     sinks = kwargs.get("s_aux")
     cu_q = kwargs.get("cu_seq_lens_q")

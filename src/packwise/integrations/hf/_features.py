@@ -10,6 +10,7 @@ import torch
 
 from ...assemble import MEDIA_KEYS
 from ...constants import PRODUCED
+from ...pipeline import TRL_MASKS as _TRL_MASKS
 
 _COLUMN_TYPES = (list, tuple, np.ndarray, torch.Tensor)  # a per-token column's value (not a scalar or a string)
 
@@ -26,11 +27,15 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         raise TypeError(f"feature {index} is a {type(feature).__name__}; pass dict rows with input_ids")
     if feature.get("input_ids") is None:
         raise ValueError(f"feature {index} has no 'input_ids' or it is None (keys: {sorted(feature)})")
+    if _empty(feature["input_ids"]):
+        raise ValueError(
+            f"feature {index} has no tokens (input_ids is empty): an empty row holds no document to pack. Drop "
+            "empty rows before collating (dataset.filter(lambda r: len(r['input_ids']) > 0))"
+        )
     clash = sorted(k for k in feature.keys() & set(PRODUCED) if isinstance(feature[k], _COLUMN_TYPES))
     if clash:  # as assemble_pack refuses it: the batch would hold packwise's value under the user's name
         raise ValueError(f"feature {index}: column {clash[0]!r} is a name packwise produces; rename the column")
-    keep = ("input_ids", "labels", "loss_mask", "mm_token_type_ids")
-    cols = {k: _array(v, k, index) for k, v in feature.items() if k in keep and v is not None}
+    cols = {k: _array(v, k, index) for k, v in feature.items() if _carried(k, v)}
     ids = cols["input_ids"].reshape(-1)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"feature {index}: input_ids has dtype {ids.dtype}; token ids are integers")
@@ -74,13 +79,17 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
             ids = cols["input_ids"].reshape(-1)
             span = (a, b)
     lengths = feature.get("seq_lengths")
+    pos = feature.get("position_ids")
+    pos = None if pos is None else _array(pos, "position_ids", index)
+    if pos is not None and span is not None:
+        pos = pos[..., span[0] : span[1]]
     if lengths is None:
         seq = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in cols.items()}
-        for k in ("position_ids", *MEDIA_KEYS):
+        if pos is not None:
+            seq["position_ids"] = torch.from_numpy(np.ascontiguousarray(pos))
+        for k in MEDIA_KEYS:
             if feature.get(k) is not None:
                 seq[k] = torch.as_tensor(feature[k])
-        if span is not None and "position_ids" in seq:
-            seq["position_ids"] = seq["position_ids"][..., span[0] : span[1]]
         return [seq]
     lengths = np.asarray(lengths, dtype=np.int64)
     if int(lengths.sum()) != ids.shape[0] or (lengths < 1).any():
@@ -89,7 +98,40 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         )
     cuts = np.cumsum(lengths)[:-1]
     parts = {k: np.split(v, cuts) for k, v in cols.items()}
+    if pos is not None:  # the row's own positions, per document (MRoPE (3, T): split along the tokens)
+        if pos.shape[-1] != ids.shape[0]:
+            raise ValueError(
+                f"feature {index}: position_ids has {pos.shape[-1]} positions but input_ids has {ids.shape[0]}"
+            )
+        parts["position_ids"] = np.split(pos.reshape(-1) if pos.ndim == 2 and pos.shape[0] == 1 else pos, cuts, axis=-1)
+    if any(feature.get(k) is not None for k in MEDIA_KEYS):
+        media = sorted(k for k in MEDIA_KEYS if feature.get(k) is not None)
+        raise ValueError(
+            f"feature {index} is a packed row (seq_lengths) carrying {media[0]!r}: which document owns which image "
+            "cannot be told from the row. Pack multimodal data with packwise (PackedParquetDataset) or pass one row "
+            "per document"
+        )
     return [{k: torch.from_numpy(np.ascontiguousarray(p[i])) for k, p in parts.items()} for i in range(len(lengths))]
+
+
+#: Columns :func:`_sequences` reads itself (the others, per-token ones, are carried per document as they are).
+_READ = frozenset({"attention_mask", "seq_lengths", "position_ids", *MEDIA_KEYS})
+
+
+def _empty(ids) -> bool:
+    """Whether an ``input_ids`` value holds no token (a ragged list is not empty: ``_array`` names it)."""
+    if isinstance(ids, (torch.Tensor, np.ndarray)):
+        return ids.size == 0 if isinstance(ids, np.ndarray) else ids.numel() == 0
+    return isinstance(ids, (list, tuple)) and len(ids) == 0
+
+
+def _carried(name: str, value) -> bool:
+    """Whether a feature column travels per document: ``input_ids``, ``labels``, ``loss_mask`` and every other
+    per-token column (``token_type_ids``, ``mm_token_type_ids``, ...); TRL masks, padding, positions and media
+    are read separately, and scalars/strings (no value per token) stay out of the pack."""
+    if value is None or name in _READ or name in _TRL_MASKS:
+        return False
+    return name in ("labels", "loss_mask") or isinstance(value, _COLUMN_TYPES)
 
 
 def _split(feature: Mapping, index: int) -> list[dict]:
