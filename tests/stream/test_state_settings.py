@@ -31,7 +31,15 @@ def test_state_records_settings():
 
 @pytest.mark.parametrize(
     "name, value",
-    [("capacity", 12), ("buffer_size", 4), ("seed", 2), ("overflow", "split"), ("shuffle", False), ("alignment", 2), ("max_segments", 2)],
+    [
+        ("capacity", 12),
+        ("buffer_size", 4),
+        ("seed", 2),
+        ("overflow", "split"),
+        ("shuffle", False),
+        ("alignment", 2),
+        ("max_segments", 2),
+    ],
 )
 def test_mismatch_refused_by_name(name, value):
     state = json.loads(json.dumps(_stream().state_dict()))
