@@ -149,6 +149,12 @@ class ConfigBuilders:
         """A :class:`packwise.stream.PackingLoader` over :meth:`stream` that collates with :meth:`collator`."""
         from .stream import PackingLoader
 
+        if self.max_segments is not None and self.layout == "thd" and batch_size > 1:
+            raise ValueError(
+                f"max_segments={self.max_segments} with layout='thd' and batch_size={batch_size}: one THD row of "
+                f"{batch_size} packs holds up to {batch_size * self.max_segments} segments; use batch_size=1 or "
+                "layout='padded' (max_segments per row)"
+            )
         return PackingLoader(self.stream(source), batch_size=batch_size, collate_fn=self.collator(), **overrides)
 
     def loss(self):

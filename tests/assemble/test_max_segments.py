@@ -158,3 +158,20 @@ def test_torch_compile_recompiles_zero_times_with_max_segments():
         eager = [model(b["input_ids"], b["cu_seqlens_padded"]) for b in (collate_packs([p]) for p in packs)]
     assert all(torch.equal(a, b) for a, b in zip(static, plain))  # identical logits with and without
     assert all(torch.equal(a, b) for a, b in zip(static, eager))
+
+
+def test_loader_batches_have_one_boundary_shape():
+    from packwise.stream import PackingLoader
+
+    samples = [{"input_ids": list(range(1, n + 1))} for n in [1] * 12 + [3, 5]]
+    stream = PackingStream(samples, capacity=16, buffer_size=20, shuffle=False, max_segments=4)
+    sizes = {tuple(b["cu_seqlens"].shape) for b in PackingLoader(stream)}
+    assert sizes == {(5,)}
+    with pytest.raises(ValueError, match=r"batch_size=2.*up to 8 segments"):
+        PackingLoader(stream, batch_size=2)
+    cfg = PackingConfig(capacity=16, max_segments=4, buffer_size=20)
+    assert {tuple(b["cu_seqlens"].shape) for b in cfg.loader(samples)} == {(5,)}
+    with pytest.raises(ValueError, match="layout='padded'"):
+        cfg.loader(samples, batch_size=2)
+    padded = PackingConfig(capacity=16, max_segments=4, buffer_size=20, layout="padded").loader(samples, batch_size=2)
+    assert {tuple(b["cu_seqlens"].shape) for b in padded} == {(2, 5)}
