@@ -175,3 +175,17 @@ def test_loader_batches_have_one_boundary_shape():
         cfg.loader(samples, batch_size=2)
     padded = PackingConfig(capacity=16, max_segments=4, buffer_size=20, layout="padded").loader(samples, batch_size=2)
     assert {tuple(b["cu_seqlens"].shape) for b in padded} == {(2, 5)}
+
+
+def test_cli_pack_never_writes_more_documents_than_max_segments(write_jsonl, tmp_path, capsys):
+    import json
+
+    from packwise.cli import main
+    from packwise.files._write import load_packed
+
+    data = write_jsonl([{"input_ids": list(range(1, n + 1))} for n in (1, 1, 1, 1, 1, 1, 2)])  # 8 tokens
+    out = tmp_path / "out"
+    assert main(["pack", str(data), "-o", str(out), "--capacity", "8", "--max-segments", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens_packed"] == 8  # nothing dropped
+    docs = [len(s) for s in load_packed(out).column("seq_lengths").to_pylist()]
+    assert max(docs) == 3 and sum(docs) == 7  # one pack of 7 without the limit
