@@ -97,3 +97,13 @@ def test_model_cost_feeds_distribute():
     assert sorted(i for r in a for i in r) == list(range(plan.num_packs))
     for rank, members in enumerate(a):  # each rank's cost is the model's FLOPs of its packs
         assert a.costs[rank] == pytest.approx(sum(cost(plan.lengths[plan.packs()[i]]) for i in members))
+
+
+def test_distributed_pack_sampler_takes_a_compute_cost():
+    from packwise.integrations.pytorch import DistributedPackSampler
+
+    # the packs of test_distribute_balances_flops_where_token_counts_tie: pairs 36, 20, 12, 8
+    packs = [np.array([8]), np.array([4, 4]), np.array([2, 2, 2, 2]), np.array([1] * 8)]
+    c = ComputeCost(per_token=0.0, per_pair=1.0, full_layers=1)
+    s = DistributedPackSampler(packs, num_replicas=2, rank=0, shuffle=False, cost=c)
+    assert (list(s), s.assignment().costs) == ([0, 3], [44.0, 32.0])  # the optimum: 36+8 against 20+12
