@@ -107,3 +107,19 @@ def test_distributed_pack_sampler_takes_a_compute_cost():
     c = ComputeCost(per_token=0.0, per_pair=1.0, full_layers=1)
     s = DistributedPackSampler(packs, num_replicas=2, rank=0, shuffle=False, cost=c)
     assert (list(s), s.assignment().costs) == ([0, 3], [44.0, 32.0])  # the optimum: 36+8 against 20+12
+
+
+def test_model_cost_mla_widths_and_a_multimodal_text_config():
+    from transformers import AutoConfig
+
+    from packwise.hf import model_cost
+    from packwise.verify import tiny_config
+
+    mla = AutoConfig.for_model("deepseek_v3", hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, num_key_value_heads=2, vocab_size=50)  # fmt: skip
+    assert (mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim) == (128, 64, 128)
+    assert model_cost(mla).per_pair == 6.0 * 2 * (128 + 64 + 128)  # QKᵀ over 192 dims, AV over 128
+    # Qwen2.5-VL's text decoder has no causal-LM class of its own: the decoder plus its (tied) lm_head, the
+    # same weights as the Qwen2 model of the same shape
+    vl, text = model_cost(tiny_config("tiny-qwen2.5-vl", 97)), model_cost(tiny_config("tiny-qwen2", 97))
+    assert (vl.per_token, vl.per_pair) == (text.per_token, text.per_pair)

@@ -4,7 +4,8 @@ Weights are counted on a meta-device instance of the config's causal LM (``AutoM
 is allocated or downloaded), so every family counts what it really has: embeddings are left out (a lookup,
 no matmul), the lm_head is counted (tied or not), and the routed experts count ``k / E`` of their weights
 (``num_experts_per_tok`` of ``num_experts`` / ``num_local_experts`` / ``n_routed_experts``); shared experts
-count in full. Attention: ``4·heads·head_dim`` FLOPs per (query, key) pair and layer; ``layer_types`` says
+count in full. Attention: ``2·heads·(d_qk + d_v)`` FLOPs per (query, key) pair and layer (``head_dim`` both;
+MLA: ``qk_nope_head_dim + qk_rope_head_dim`` and ``v_head_dim``); ``layer_types`` says
 which layers attend fully (``full_attention``), in a window (``sliding_attention``, ``config.sliding_window``)
 or not at all (``linear_attention``, ``conv``, ``moe``: linear in tokens, counted by their weights). Any
 other layer type is refused by name. Every figure × 3 (forward + backward: Kaplan et al. 2020, §2.1).
@@ -53,10 +54,13 @@ def _layer_counts(cfg) -> tuple[int, int, int | None]:
 
 def _weights(cfg) -> float:
     """Matmul weights a token passes through: non-embedding weights, experts scaled by k/E, lm_head."""
-    from transformers import AutoModelForCausalLM  # optional heavy dependency (as in _api)
+    from transformers import AutoModel, AutoModelForCausalLM  # optional heavy dependency (as in _api)
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        try:
+            model = AutoModelForCausalLM.from_config(cfg)
+        except ValueError:  # a multimodal model's text config (Qwen2.5-VL...): its decoder, lm_head added below
+            model = AutoModel.from_config(cfg)
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     top_k, experts = getattr(cfg, "num_experts_per_tok", None), _attr(cfg, _EXPERT_COUNT)
     total = 0.0
@@ -74,7 +78,9 @@ def _weights(cfg) -> float:
         else:
             total += p.numel()
     head = model.get_output_embeddings()
-    if head is not None and id(head.weight) in embeddings:  # tied to the input embedding: still a matmul
+    if head is None:  # the decoder alone: the lm_head is vocab × hidden
+        total += float(cfg.vocab_size) * float(cfg.hidden_size)
+    elif id(head.weight) in embeddings:  # tied to the input embedding: still a matmul
         total += head.weight.numel()
     return total
 
@@ -87,7 +93,7 @@ def model_cost(config) -> ComputeCost:
 
     Returns:
         A :class:`packwise.plan.ComputeCost`: ``per_token`` = 6 × matmul weights, ``per_pair`` =
-        12·heads·head_dim, the full / sliding layer counts and the window (tokens).
+        6·heads·(d_qk + d_v), the full / sliding layer counts and the window (tokens).
 
     Raises:
         ValueError: a ``layer_types`` entry without a compute model, routed experts without
@@ -105,9 +111,13 @@ def model_cost(config) -> ComputeCost:
     full, slid, window = _layer_counts(cfg)
     heads = int(cfg.num_attention_heads)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    if getattr(cfg, "qk_nope_head_dim", None) is not None:  # MLA (DeepSeek): QKᵀ and AV have their own widths
+        qk, v = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
+    else:
+        qk = v = head_dim
     return ComputeCost(
         per_token=6.0 * _weights(cfg),
-        per_pair=12.0 * heads * head_dim,
+        per_pair=6.0 * heads * (qk + v),
         full_layers=full,
         window_layers=slid,
         window=window,
