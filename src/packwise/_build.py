@@ -24,7 +24,7 @@ class ConfigBuilders:
         """
         return {
             "capacity": self.capacity, "algorithm": self.algorithm, "seed": self.seed,
-            "alignment": self.resolved_alignment, "max_sequences_per_pack": self.max_sequences_per_pack,
+            "alignment": self.resolved_alignment, "max_sequences_per_pack": self.documents_per_pack,
             "min_packs": self.min_packs, "pack_count_multiple": self.pack_count_multiple, **self.algorithm_options,
         }  # fmt: skip
 
@@ -45,7 +45,7 @@ class ConfigBuilders:
 
     def collate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`packwise.assemble.collate_packs`: ``layout``, ``labels``,
-        ``pack_width`` (``capacity`` with ``fixed_width``), ``emit``, ``mrope``, ``max_seqlen``.
+        ``pack_width`` (``capacity`` with ``fixed_width``), ``emit``, ``mrope``, ``max_seqlen``, ``max_segments``.
 
         Example:
             >>> from packwise import PackingConfig
@@ -59,6 +59,7 @@ class ConfigBuilders:
             "emit": tuple(name for name, on in self.emit.model_dump().items() if on),
             "mrope": self.consumer.mrope or None,
             "max_seqlen": self.consumer.max_seqlen,
+            "max_segments": self.max_segments,
         }
 
     # -- components ------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ class ConfigBuilders:
                 )
         from .hf import PackedDataCollator
 
-        collator = PackedDataCollator(alignment=self.resolved_alignment, **overrides)
+        collator = PackedDataCollator(alignment=self.resolved_alignment, max_segments=self.max_segments, **overrides)
         return _MRoPEDataCollator(collator) if self.consumer.mrope else collator
 
     def stream(self, source, **overrides):
@@ -133,7 +134,8 @@ class ConfigBuilders:
         kwargs = {
             "capacity": self.capacity, "buffer_size": self.buffer_size, "algorithm": self.algorithm,
             "seed": 0 if self.seed is None else self.seed, "overflow": self.overflow,
-            **{k: v for k, v in self.assemble_kwargs().items()}, **self.algorithm_options,
+            **{k: v for k, v in self.assemble_kwargs().items()}, "max_segments": self.max_segments,
+            **self.algorithm_options,
         }  # fmt: skip
         if self.max_sequences_per_pack is not None:
             raise ValueError(
@@ -147,6 +149,12 @@ class ConfigBuilders:
         """A :class:`packwise.stream.PackingLoader` over :meth:`stream` that collates with :meth:`collator`."""
         from .stream import PackingLoader
 
+        if self.max_segments is not None and self.layout == "thd" and batch_size > 1:
+            raise ValueError(
+                f"max_segments={self.max_segments} with layout='thd' and batch_size={batch_size}: one THD row of "
+                f"{batch_size} packs holds up to {batch_size * self.max_segments} segments; use batch_size=1 or "
+                "layout='padded' (max_segments per row)"
+            )
         return PackingLoader(self.stream(source), batch_size=batch_size, collate_fn=self.collator(), **overrides)
 
     def loss(self):

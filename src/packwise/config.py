@@ -36,9 +36,11 @@ Rules (and why):
 16. alignment (set or derived) > ``capacity``: no aligned sequence fits a pack.
 17. ``consumer.multi_token_prediction`` or ``topology.pp > 1`` with ``labels="hf"``: Megatron-only consumers
     read shifted labels and ``loss_mask``.
-18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack``, ``seed``, ``min_packs``,
-    ``pack_count_multiple`` and ``multimodal.min_pixels/max_pixels`` are strict integers (``True`` and ``"8"``
-    are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
+18. ``alignment``, ``topology.*``, ``buffer_size``, ``max_sequences_per_pack``, ``max_segments``, ``seed``,
+    ``min_packs``, ``pack_count_multiple`` and ``multimodal.min_pixels/max_pixels`` are strict integers (``True``
+    and ``"8"`` are refused, like ``capacity``). ``model_copy(update=...)`` re-validates every rule.
+19. ``max_segments=1`` with ``fixed_width``: a fixed-width pack's tail padding is a segment, leaving no room
+    for a document (``max_segments`` counts documents plus padding segments: see ``packwise.assemble._static``).
 
 Correct by construction (not refused): context parallelism with ``labels="hf"`` — the sharder shifts the
 labels within each document before the zigzag split (``shard_for_context_parallel``); multi-token
@@ -150,6 +152,10 @@ class PackingConfig(ConfigBuilders, _Frozen):
         consumer: what the model needs (MRoPE -> :meth:`collator`; MTP -> rules and the collator's media
             guard; ``varlen_only`` -> rules); ``multimodal``: image sizing (offline pipeline).
 
+        max_segments: static shapes for ``torch.compile`` / CUDA graphs: every batch's ``cu_seqlens`` gets exactly
+            ``max_segments + 1`` entries (:meth:`collator`, :meth:`data_collator`) and no pack is planned with
+            more segments (:meth:`plan_kwargs`, :meth:`stream`, ``packwise pack``: at most ``max_segments``
+            documents, one fewer with ``fixed_width``, whose tail padding is a segment).
         tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
         skip_bad_rows: as in ``packwise pack``.
 
@@ -192,6 +198,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
     loss_on: Literal["assistant", "all"] = "assistant"
     seed: int | None = Field(None, ge=0, strict=True)
     max_sequences_per_pack: int | None = Field(None, strict=True)
+    max_segments: int | None = Field(None, ge=1, strict=True)
     min_packs: int | None = Field(None, ge=0, strict=True)
     pack_count_multiple: int | None = Field(None, ge=1, strict=True)
     skip_bad_rows: bool = False
@@ -207,6 +214,16 @@ class PackingConfig(ConfigBuilders, _Frozen):
         if v is not None and v < 1:
             raise ValueError(f"max_sequences_per_pack={v} must be >= 1 (or None for no limit)")
         return v
+
+    @property
+    def documents_per_pack(self) -> int | None:
+        """The planner's document limit: ``max_sequences_per_pack`` and what ``max_segments`` leaves (one fewer
+        with ``fixed_width``), the smaller; None when neither is set."""
+        caps = [self.max_sequences_per_pack]
+        if self.max_segments is not None:
+            caps.append(self.max_segments - (1 if self.fixed_width else 0))
+        caps = [c for c in caps if c is not None]
+        return min(caps) if caps else None
 
     @property
     def resolved_alignment(self) -> int:
@@ -245,6 +262,11 @@ class PackingConfig(ConfigBuilders, _Frozen):
             raise ValueError(
                 f"fixed_width=True needs capacity divisible by alignment={a} (got capacity={self.capacity}); "
                 f"use capacity={self.capacity // a * a or a}"
+            )
+        if self.max_segments == 1 and self.fixed_width:
+            raise ValueError(
+                "max_segments=1 with fixed_width=True: the tail padding of a fixed-width pack is a segment, leaving "
+                "no room for a document; use max_segments >= 2"
             )
         if t.pp > 1 and not self.fixed_width:
             raise ValueError(
@@ -362,7 +384,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
             "loss_on": self.loss_on,
             "chat_template": self.chat_template,
             "skip_bad_rows": self.skip_bad_rows,
-            "max_sequences_per_pack": self.max_sequences_per_pack,
+            "max_sequences_per_pack": self.documents_per_pack,
             "min_packs": self.min_packs,
             "pack_count_multiple": self.pack_count_multiple,
             "alignment": self.resolved_alignment,

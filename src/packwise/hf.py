@@ -7,6 +7,7 @@ from .integrations.hf import (  # noqa: F401
     PackedDataCollator,
     PackingRefused,
     attention_name,
+    model_cost,
     packwise_attention_forward,
     position_offset,
     register_packed_attention,

@@ -89,6 +89,7 @@ VARIANTS = {
     "loss_on": ({}, {"loss_on": "all"}),
     "seed": ({"algorithm": "first_fit_shuffle"}, {"seed": 3}),
     "max_sequences_per_pack": ({}, {"max_sequences_per_pack": 1}),
+    "max_segments": ({}, {"max_segments": 8}),
     "min_packs": ({}, {"min_packs": 6}),
     "pack_count_multiple": ({}, {"pack_count_multiple": 4}),
     "skip_bad_rows": ({}, {"skip_bad_rows": True}),

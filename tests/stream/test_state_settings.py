@@ -25,13 +25,21 @@ def test_state_records_settings():
     state = json.loads(json.dumps(_stream().state_dict()))  # JSON-safe
     assert state["settings"] == {
         "capacity": 10, "buffer_size": 8, "seed": 1, "algorithm": "best_fit_decreasing", "overflow": "truncate",
-        "shuffle": True, "drop_last": False, "alignment": 1, "algorithm_options": "[]",
+        "shuffle": True, "drop_last": False, "alignment": 1, "algorithm_options": "[]", "max_segments": None,
     }  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "name, value",
-    [("capacity", 12), ("buffer_size", 4), ("seed", 2), ("overflow", "split"), ("shuffle", False), ("alignment", 2)],
+    [
+        ("capacity", 12),
+        ("buffer_size", 4),
+        ("seed", 2),
+        ("overflow", "split"),
+        ("shuffle", False),
+        ("alignment", 2),
+        ("max_segments", 2),
+    ],
 )
 def test_mismatch_refused_by_name(name, value):
     state = json.loads(json.dumps(_stream().state_dict()))

@@ -14,6 +14,7 @@ from ._fused import assemble_batch
 from ._labels import Labels, shift_labels, unshift_labels  # noqa: F401
 from ._megatron import to_packed_seq_params
 from ._pack import PackedSequence, assemble_pack
+from ._static import check_max_segments, pad_segments  # noqa: F401
 
 __all__ = [
     "PackCollator",

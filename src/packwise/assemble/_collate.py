@@ -23,6 +23,7 @@ from ._batch import PackedBatch
 from ._labels import Labels, check_labels, shift_labels, unshift_labels
 from ._options import check_fill, check_int, check_pad_values, check_tokens, positive_int
 from ._pack import PackedSequence
+from ._static import pad_segments
 
 Layout = Literal["thd", "padded"]
 #: Optional per-token fields ``collate_packs(emit=...)`` can leave out (``PackingConfig.emit``).
@@ -70,6 +71,7 @@ def collate_packs(
     emit: Collection[str] = EMIT,
     mrope: bool | None = None,
     max_seqlen: Literal["int", "tensor"] = "int",
+    max_segments: int | None = None,
 ) -> PackedBatch:
     """Batch packs for training.
 
@@ -95,6 +97,8 @@ def collate_packs(
             HF and megatron-core's ``PackedSeqParams`` take); ``"tensor"`` — as 0-d int32 tensors, for pipelines
             that broadcast every batch value across tensor-parallel ranks as tensors (Megatron-LM's
             ``get_batch_on_this_tp_rank``); ``PackingConfig.consumer.max_seqlen``.
+        max_segments: ``cu_seqlens(_padded)`` get exactly ``max_segments + 1`` entries (per row if padded) by
+            repeating the last boundary: one shape for a compiled model (``PackingConfig.max_segments``; _static).
 
     Returns:
         A :class:`~packwise.assemble.PackedBatch` (a dict; its keys are ``packwise.assemble.BATCH_KEYS``).
@@ -115,7 +119,7 @@ def collate_packs(
         ValueError: no packs, a column whose per-token shape differs between packs, input_ids in some
             packs only, an unknown layout, ``pad_to_multiple_of < 1``, an unknown ``labels`` or ``emit``
             name, packs of mixed label conventions with ``labels=None``, a pack longer than ``pack_width``,
-            MRoPE packs with ``mrope=False``.
+            MRoPE packs with ``mrope=False``, more segments than ``max_segments``.
 
     Example:
         >>> from packwise.assemble import assemble_pack
@@ -191,6 +195,7 @@ def collate_packs(
             batch[key] = torch.tensor(batch[key], dtype=torch.int32)
     elif max_seqlen != "int":
         raise ValueError(f"max_seqlen={max_seqlen!r}; use 'int' or 'tensor'")
+    pad_segments(batch, max_segments)
     batch.update(_media(packs))
     if metadata:
         batch["metadata"] = metadata

@@ -9,13 +9,14 @@ from ._batch import MEDIA_KEYS, PackedBatch
 from ._collate import EMIT, Layout, collate_packs
 from ._labels import Labels
 from ._pack import PackedSequence
+from ._static import check_max_segments
 
 
 class PackCollator:
     """Packs -> batch, with fixed options: a ``collate_fn`` for ``DataLoader``, ``PackingLoader`` and Energon.
 
     Args (keyword-only): as :func:`collate_packs` (``layout``, ``labels``, ``pack_width``, ``emit``,
-    ``mrope``, ``max_seqlen``, ``pad_to_multiple_of``, ``pad_values``, ``pad_token_id``), plus
+    ``mrope``, ``max_seqlen``, ``max_segments``, ``pad_to_multiple_of``, ``pad_values``, ``pad_token_id``), plus
     ``multi_token_prediction``:
     refuse packs with images or video (Megatron's MTP conditions on the token embeddings, not on the
     precomputed vision embeddings spliced into them; upstream Megatron-LM lacks that path, draft PR #7253).
@@ -41,11 +42,12 @@ class PackCollator:
         pad_to_multiple_of: int = 1,
         pad_values: Mapping[str, float] | None = None,
         pad_token_id: int = 0,
+        max_segments: int | None = None,
     ) -> None:
         self.options = {
             "layout": layout, "labels": labels, "pack_width": pack_width, "emit": tuple(emit), "mrope": mrope,
             "max_seqlen": max_seqlen, "pad_to_multiple_of": pad_to_multiple_of, "pad_values": dict(pad_values or {}),
-            "pad_token_id": pad_token_id,
+            "pad_token_id": pad_token_id, "max_segments": check_max_segments(max_segments),
         }  # fmt: skip
         self.multi_token_prediction = multi_token_prediction
 

@@ -32,6 +32,7 @@ from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
 from ._options import MAX_TOKENS, check_fill, check_options, plain_options
 from ._pack import assemble_pack
+from ._static import pad_segments
 
 _NOT_IDS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
                       torch.complex128})  # fmt: skip
@@ -52,6 +53,7 @@ def assemble_batch(
     labels_shifted: bool = False,
     position_offset: int = 0,
     pad_to_multiple_of: int = 1,
+    max_segments: int | None = None,
 ) -> dict:
     """Assemble P packs of sequences into one training batch in a single pass.
 
@@ -64,7 +66,7 @@ def assemble_batch(
         packs: P lists of sequences (mappings with ``input_ids (L,)`` and optional ``labels (L,)`` and
             per-token columns ``(L, ...)``); a plan's packs, e.g. ``[[samples[i] for i in p] for p in
             plan.packs()[a:b]]``; any other iterable (a generator) is read once, into a list.
-        layout, pad_to_multiple_of: as :func:`collate_packs`.
+        layout, pad_to_multiple_of, max_segments: as :func:`collate_packs`.
         pad_to, alignment, pad_token_id, label_pad_id, pad_values, labels_shifted, position_offset: as
             :func:`assemble_pack` (``pad_values`` and ``pad_token_id`` also as :func:`collate_packs`).
 
@@ -100,7 +102,7 @@ def assemble_batch(
         except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError, OverflowError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
-        return out
+        return pad_segments(out, max_segments)
     opts = dict(
         pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
         pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset,
@@ -111,6 +113,7 @@ def assemble_batch(
         pad_to_multiple_of=pad_to_multiple_of,
         pad_values=pad_values,
         pad_token_id=pad_token_id,
+        max_segments=max_segments,
     )
 
 

@@ -64,6 +64,9 @@ def pack(
     ] = None,
     skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed rows instead of failing.")] = False,
     max_sequences_per_pack: Annotated[int | None, typer.Option(help="At most this many sequences per pack.")] = None,
+    max_segments: Annotated[
+        int | None, typer.Option(help="Static shapes (torch.compile): at most this many documents per pack.")
+    ] = None,
     min_packs: Annotated[int | None, typer.Option(help="At least this many packs (split the fullest).")] = None,
     pack_count_multiple: Annotated[int | None, typer.Option(help="Pack count a multiple of this (DP ranks).")] = None,
     alignment: Annotated[int | None, typer.Option(help="Plan each sequence at a multiple of this (CP/TP/FP8).")] = None,
@@ -198,8 +201,8 @@ def pack(
 #: CLI flags that are PackingConfig fields (flags given on the command line override a --config file).
 CONFIG_FLAGS = (
     "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
-    "max_sequences_per_pack", "min_packs", "pack_count_multiple", "alignment", "min_pixels", "max_pixels",
-    "media_root",
+    "max_sequences_per_pack", "max_segments", "min_packs", "pack_count_multiple", "alignment", "min_pixels",
+    "max_pixels", "media_root",
 )  # fmt: skip
 
 

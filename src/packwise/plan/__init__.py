@@ -25,6 +25,7 @@ from ._api import (  # noqa: F401
     resolve_algorithm,
 )
 from ._bfd_items import ITEM_PATH_MAX  # noqa: F401
+from ._cost import ComputeCost, causal_pairs  # noqa: F401
 from ._distribute import Cost, RankAssignment, assign_to_ranks, distribute, pack_costs  # noqa: F401
 from ._flat import aranges, gather_index, mask_boundaries, segment_layout  # noqa: F401
 from ._histogram import HistogramPlan

@@ -11,7 +11,9 @@ Costs: ``tokens`` = Σ l over the pack's sequences; ``attention`` = Σ (l + k·l
 ``k = 1 / (6·hidden_size)``: per layer a sequence of l tokens costs about 24·l·h² FLOPs in the dense layers
 and 4·l²·h in attention (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", SC 2021), so attention adds l²/(6h) token-equivalents; or any ``callable`` mapping a
-pack's ``(n,)`` int64 lengths to a cost.
+pack's ``(n,)`` int64 lengths to a cost — :class:`~packwise.plan.ComputeCost` is one: training FLOPs from
+plain numbers (dense and active-expert weights, attention pairs with the window), which
+``packwise.hf.model_cost(config)`` reads off a Transformers config.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def distribute(
     Args:
         plan: the plan; plan it with ``pack_count_multiple=num_ranks`` so the count divides evenly.
         num_ranks: data-parallel ranks.
-        cost: ``tokens``, ``attention`` (k = 1/(6·hidden_size)) or a callable on a pack's lengths.
+        cost: ``tokens``, ``attention`` (k = 1/(6·hidden_size)) or a callable on a pack's lengths, e.g. a
+            :class:`~packwise.plan.ComputeCost` (``packwise.hf.model_cost(config)``).
         order: ``largest_first`` or ``plan`` within each rank.
         hidden_size: model width for the attention-aware cost.
 

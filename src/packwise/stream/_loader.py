@@ -8,6 +8,7 @@ per worker) and releases them in window order, so the batches are identical for 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 
 from torch.utils.data import DataLoader
 
@@ -22,7 +23,8 @@ class PackingLoader:
         stream: the stream (its ``assemble`` must be True).
         batch_size: packs per batch.
         num_workers: DataLoader worker processes (windows are dealt round-robin to them).
-        collate_fn: packs -> batch (default :func:`packwise.assemble.collate_packs`).
+        collate_fn: packs -> batch (default :func:`packwise.assemble.collate_packs`, with the stream's
+            ``max_segments`` when it has one: every batch's ``cu_seqlens`` then has ``max_segments + 1`` entries).
         drop_last_batch: drop a final batch smaller than ``batch_size``.
         **dataloader_kwargs: forwarded to ``torch.utils.data.DataLoader`` (``batch_size`` is always None
             there: the loader batches in order itself).
@@ -54,6 +56,15 @@ class PackingLoader:
         if w is None or w < 0:
             raise ValueError(f"num_workers must be an integer >= 0 (DataLoader worker processes), got {num_workers!r}")
         batch_size, num_workers = b, w
+        m = stream.max_segments
+        if collate_fn is collate_packs and m is not None:
+            if batch_size > 1:
+                raise ValueError(
+                    f"PackingLoader(batch_size={batch_size}) over PackingStream(max_segments={m}): one THD row of "
+                    f"{batch_size} packs holds up to {batch_size * m} segments, more than max_segments={m}; use "
+                    f"batch_size=1, or collate_fn=PackCollator(layout='padded', max_segments={m}) (per row)"
+                )
+            collate_fn = partial(collate_packs, max_segments=m)
         self.stream, self.batch_size, self.num_workers = stream, batch_size, num_workers
         self.collate_fn, self.drop_last_batch, self.kwargs = collate_fn, drop_last_batch, dataloader_kwargs
         self._next = (stream.state_dict()["window"], stream.state_dict()["pack"])

@@ -47,3 +47,24 @@ def check_padding(capacity: int, *, alignment, pad_to, pad_token_id) -> None:
             f"pad_token_id must be an integer >= 0 (a token id; samples' ids are >= 0), got {pad_token_id!r}; "
             "use your tokenizer's pad id"
         )
+
+
+def segment_cap(max_segments: int | None, pad_to: int | None) -> int | None:
+    """Documents a pack may hold so that it has at most ``max_segments`` segments: with ``pad_to`` its tail
+    padding is one more segment, so one fewer (None: no limit).
+
+    Raises:
+        ValueError: ``max_segments=1`` with ``pad_to`` (no room for a document beside the tail).
+
+    Example:
+        >>> segment_cap(4, None), segment_cap(4, 8), segment_cap(None, 8)
+        (4, 3, None)
+    """
+    if max_segments is None:
+        return None
+    if pad_to is not None and max_segments < 2:
+        raise ValueError(
+            f"max_segments={max_segments} with pad_to={pad_to}: the tail padding is a segment, leaving no room for "
+            "a document; use max_segments >= 2"
+        )
+    return max_segments - (1 if pad_to is not None else 0)

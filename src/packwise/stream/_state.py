@@ -21,6 +21,7 @@ def settings_of(stream) -> dict:
         "algorithm": stream.algorithm, "overflow": stream.overflow, "shuffle": stream.shuffle,
         "drop_last": stream.drop_last, "alignment": int(stream.alignment),
         "algorithm_options": repr(sorted(stream.algorithm_options.items())),
+        "max_segments": getattr(stream, "max_segments", None),
     }  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..assemble import assemble_pack
+from ..assemble import assemble_pack, check_max_segments
 from ..pipeline import OVERFLOW_POLICIES
 from ..plan import (
     ITEM_PATH_MAX,
@@ -35,7 +35,7 @@ from ..plan import (
     plan_window,
     resolve_algorithm,
 )
-from ._options import check_padding
+from ._options import check_padding, segment_cap
 from ._samples import _INPUT_IDS, SampleRules, one_dim
 from ._state import check_settings, settings_of
 
@@ -80,6 +80,8 @@ class PackingStream(IterableDataset, SampleRules):
             planned lists of samples (for custom assembly or planning-only benchmarks).
         alignment, pad_to, pad_token_id, labels_shifted: forwarded to
             :func:`~packwise.assemble.assemble_pack`; planning uses aligned lengths.
+        max_segments: a pack holds at most this many segments: ``max_segments`` documents, one fewer with
+            ``pad_to`` (its tail padding is a segment) — what ``collate_packs(max_segments=...)`` pads to.
         **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
 
     Attributes:
@@ -121,6 +123,7 @@ class PackingStream(IterableDataset, SampleRules):
         pad_to: int | None = None,
         pad_token_id: int = 0,
         labels_shifted: bool = False,
+        max_segments: int | None = None,
         **algorithm_options,
     ) -> None:
         buffer_size, capacity = _plain_int(buffer_size), _plain_int(capacity)  # numpy integers as plan_packs takes
@@ -147,7 +150,8 @@ class PackingStream(IterableDataset, SampleRules):
         self.seed, self.overflow, self.length_fn = int(seed), overflow, length_fn
         self.drop_last, self.shuffle, self.assemble = drop_last, shuffle, assemble
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
-        self.labels_shifted = bool(labels_shifted)
+        self.labels_shifted, self.max_segments = bool(labels_shifted), check_max_segments(max_segments)
+        self._max_docs = segment_cap(self.max_segments, pad_to)
         self.algorithm_options = algorithm_options
         self.epoch = 0
         self._next = (0, 0)  # (window, pack) of the next pack to emit (see the ``_next`` property)
@@ -379,6 +383,7 @@ class PackingStream(IterableDataset, SampleRules):
         costs = align_lengths(lengths, self.alignment)
         if (
             self.algorithm == "best_fit_decreasing"
+            and self._max_docs is None
             and costs.shape[0] <= ITEM_PATH_MAX
             and self.capacity <= MAX_CAPACITY
             and costs.max() <= self.capacity
@@ -387,7 +392,7 @@ class PackingStream(IterableDataset, SampleRules):
         else:
             plan = plan_packs(
                 lengths, capacity=self.capacity, algorithm=self.algorithm, seed=plan_seed,
-                alignment=self.alignment, **self.algorithm_options,
+                alignment=self.alignment, max_sequences_per_pack=self._max_docs, **self.algorithm_options,
             )  # fmt: skip
             order, offsets = plan.order, plan.offsets
         flat = np.fromiter(kept, object, len(kept))[order].tolist()  # samples in plan order: C-level passes

@@ -27,6 +27,7 @@ from ...assemble import (
     PackedSequence,
     assemble_batch,
     assemble_pack,
+    check_max_segments,
     collate_packs,
 )
 from ...attention import BACKENDS, Backend
@@ -68,6 +69,9 @@ class PackedDataCollator:
         pad_token_id: ``input_ids`` value on padding.
         return_packwise_keys: also return ``cu_seqlens``, ``seq_idx``, ``padding_mask``, ... (not for
             ``model(**batch)``).
+        max_segments: give ``cu_seq_lens_q/k`` exactly ``max_segments + 1`` entries (the last boundary
+            repeated: empty segments) so ``torch.compile`` sees one shape; a batch with more segments
+            (documents, plus one for ``pad_to_multiple_of`` padding) is refused by name.
 
     Rows may also be :class:`~packwise.assemble.PackedSequence` objects (``PackedParquetDataset`` items).
     Every other per-token column of a row (``token_type_ids``, ...) travels per document, as
@@ -102,12 +106,14 @@ class PackedDataCollator:
         position_offset: int = 0,
         pad_token_id: int = 0,
         return_packwise_keys: bool = False,
+        max_segments: int | None = None,
     ) -> None:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.alignment = alignment
         self.position_offset = position_offset
         self.pad_token_id = pad_token_id
         self.return_packwise_keys = return_packwise_keys
+        self.max_segments = check_max_segments(max_segments)
         self._trainer_checked = False
 
     def __call__(self, features: Sequence[Mapping]) -> PackedBatch:
@@ -122,7 +128,7 @@ class PackedDataCollator:
             batch = assemble_batch(
                 [_split(f, i) for i, f in enumerate(features)], alignment=self.alignment,
                 position_offset=self.position_offset, pad_token_id=self.pad_token_id,
-                pad_to_multiple_of=self.pad_to_multiple_of,
+                pad_to_multiple_of=self.pad_to_multiple_of, max_segments=self.max_segments,
             )  # fmt: skip
         else:
             packs = [
@@ -133,7 +139,11 @@ class PackedDataCollator:
                 for i, f in enumerate(features)
             ]  # fmt: skip
             batch = collate_packs(  # labels="hf": HF models shift; Megatron-shifted packs are converted back
-                packs, pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self.pad_token_id, labels="hf"
+                packs,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                pad_token_id=self.pad_token_id,
+                labels="hf",
+                max_segments=self.max_segments,
             )
         if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -248,7 +248,9 @@ class DistributedPackSampler(Sampler[int]):
         rank: this rank (default: ``torch.distributed`` rank, else 0).
         shuffle: visit this rank's packs in a seeded random order (else largest first).
         seed: base seed; ``set_epoch`` changes the order every epoch.
-        cost: ``tokens`` or ``attention`` (see ``packwise.plan.pack_costs``).
+        cost: ``tokens``, ``attention`` or a callable on a pack's lengths, e.g. a
+            :class:`packwise.plan.ComputeCost` (``packwise.hf.model_cost(config)``: training FLOPs); see
+            ``packwise.plan.pack_costs``.
         drop_last: when the pack count is not a multiple of ``num_replicas``, drop the remainder (counted
             in ``num_dropped``); without it that case is an error naming the fix.
 
@@ -271,7 +273,7 @@ class DistributedPackSampler(Sampler[int]):
         rank: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        cost: Cost = "tokens",
+        cost: Cost | Callable = "tokens",
         drop_last: bool = False,
     ) -> None:
         dist = torch.distributed
