@@ -23,7 +23,7 @@ def verify(
     model: Annotated[
         str,
         typer.Option(
-            help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | tiny-qwen2.5-omni | smollm2 | a family (mistral, gemma2, bamba, ...: "
+            help="tiny-llama | tiny-qwen2 | tiny-qwen2.5-vl | tiny-qwen2.5-omni | tiny-nemotron-h-omni | tiny-qwen3-vl | smollm2 | a family (mistral, gemma2, bamba, ...: "
             "tiny random config) | PATH (your HF checkpoint dir or .gguf)"
         ),
     ] = "tiny-llama",
@@ -95,6 +95,10 @@ def verify(
         from ..verify import load_omni_documents
 
         docs = load_omni_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
+    elif model == "tiny-nemotron-h-omni":  # text, image, audio and image + audio documents, 1-D positions
+        from ..verify import load_nemotron_omni_documents
+
+        docs = load_nemotron_omni_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
     else:
         vocab = net.get_input_embeddings().num_embeddings
         docs = load_documents(data, tok, num_docs=num_docs, max_tokens=max_tokens, vocab_size=vocab)

@@ -6,6 +6,7 @@ verify`` (the CLI) uses."""
 from ._check import EquivalenceReport, check_equivalence  # noqa: F401
 from ._families import FAMILIES, family_model  # noqa: F401
 from ._matrix import family_documents  # noqa: F401
+from ._nemotron import load_nemotron_omni_documents  # noqa: F401
 from ._models import (  # noqa: F401
     TINY,
     load_documents,

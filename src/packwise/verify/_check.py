@@ -60,7 +60,7 @@ class EquivalenceReport:
 
 
 MEDIA = ("pixel_values", "image_grid_thw", "input_features", "feature_attention_mask", "pixel_values_videos",
-         "video_grid_thw", "second_per_grid_ts")  # fmt: skip
+         "video_grid_thw", "second_per_grid_ts", "image_grid_hw", "input_features_mask")  # fmt: skip
 
 
 def _docs(sequences) -> list[dict]:
@@ -80,6 +80,13 @@ def _docs(sequences) -> list[dict]:
         labels = labels.clone()
         labels[0] = IGNORE_INDEX
         docs.append({"input_ids": ids, "labels": labels, **extra})
+    # 1-D position ids given (Nemotron-Omni: no rotary embedding) -> positions from 0, the model takes no
+    # mm_token_type_ids; the media token types stay only to keep media tokens intact in the perturbation check
+    flat = any(isinstance(s, dict) and s.get("position_ids") is not None and torch.as_tensor(s["position_ids"]).dim() == 1
+               for s in sequences)  # fmt: skip
+    if flat:
+        for d in docs:
+            d["_media_types"] = d.pop("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
     if any("mm_token_type_ids" in d for d in docs):  # MRoPE positions per document (transformers' own code)
         from ..multimodal import mrope_position_ids
 
@@ -122,7 +129,9 @@ def _alone_batch(d: dict) -> dict:
 
 
 def _packed_batch(docs: list[dict], inputs: Inputs, offset: int = 0) -> dict:
-    batch = PackedDataCollator(position_offset=offset)(docs)
+    batch = PackedDataCollator(position_offset=offset)(
+        [{k: v for k, v in d.items() if k != "_media_types"} for d in docs]
+    )
     media = {k: batch[k] for k in (*MEDIA, "mm_token_type_ids") if k in batch}
     if inputs == "position_ids":
         return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], **media}
@@ -275,7 +284,7 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> float:
 def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:
     changed = [dict(d) for d in docs]
     ids = changed[0]["input_ids"]
-    text = changed[0].get("mm_token_type_ids", torch.zeros_like(ids)) == 0
+    text = changed[0].get("mm_token_type_ids", changed[0].get("_media_types", torch.zeros_like(ids))) == 0
     vocab = min(int(getattr(model.config, "vocab_size", None) or model.config.get_text_config().vocab_size), 151_000)
     changed[0]["input_ids"] = torch.where(text, (ids * 7 + 13) % vocab, ids)  # text tokens only: images stay intact
     with torch.no_grad():

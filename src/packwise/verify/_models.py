@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl", "tiny-qwen2.5-omni")
+from ._nemotron import NEMOTRON_OMNI, tiny_nemotron_omni_model
+
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl", "tiny-qwen2.5-omni", NEMOTRON_OMNI)
 #: Test images from scikit-image's sample data (shipped with the package, no download).
 SAMPLE_IMAGES = ("astronaut", "coffee", "chelsea")
 
@@ -70,6 +72,8 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
         tok = load_tokenizer("qwen2.5")
         if spec == OMNI:  # text + image + audio (block at the end of this module)
             return tiny_omni_model(len(tok), seed=seed), tok
+        if spec == NEMOTRON_OMNI:  # RADIO vision + Parakeet audio + NemotronH hybrid LM (verify/_nemotron.py)
+            return tiny_nemotron_omni_model(len(tok), seed=seed), tok
         torch.manual_seed(seed)
         config = tiny_config(spec, len(tok), **tiny_overrides)
         if spec == "tiny-qwen2.5-vl":
