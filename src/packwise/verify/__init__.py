@@ -6,7 +6,6 @@ verify`` (the CLI) uses."""
 from ._check import EquivalenceReport, check_equivalence  # noqa: F401
 from ._families import FAMILIES, family_model  # noqa: F401
 from ._matrix import family_documents  # noqa: F401
-from ._nemotron import load_nemotron_omni_documents  # noqa: F401
 from ._models import (  # noqa: F401
     TINY,
     load_documents,
@@ -15,5 +14,6 @@ from ._models import (  # noqa: F401
     load_omni_documents,
     tiny_config,
 )
+from ._nemotron import load_nemotron_omni_documents  # noqa: F401
 
 __all__ = ["check_equivalence", "load_model"]

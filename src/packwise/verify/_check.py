@@ -82,8 +82,8 @@ def _docs(sequences) -> list[dict]:
         docs.append({"input_ids": ids, "labels": labels, **extra})
     # 1-D position ids given (Nemotron-Omni: no rotary embedding) -> positions from 0, the model takes no
     # mm_token_type_ids; the media token types stay only to keep media tokens intact in the perturbation check
-    flat = any(isinstance(s, dict) and s.get("position_ids") is not None and torch.as_tensor(s["position_ids"]).dim() == 1
-               for s in sequences)  # fmt: skip
+    given = [torch.as_tensor(s["position_ids"]) for s in sequences if isinstance(s, dict) and "position_ids" in s]
+    flat = any(p.dim() == 1 for p in given)
     if flat:
         for d in docs:
             d["_media_types"] = d.pop("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
