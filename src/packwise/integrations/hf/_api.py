@@ -23,6 +23,7 @@ from ...assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemb
 from ...attention import BACKENDS, Backend
 from ._attention import packwise_attention_forward
 from ._features import _split
+from ._mixers import patch_mixers, row_scope
 from ._guard import (
     ENCODERS,
     PackingRefused,
@@ -285,7 +286,10 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     for module in model.modules():
         if _family(type(module)) in ENCODERS and getattr(module, "is_causal", None) is False:
             module._packwise_bidirectional = True  # an encoder's self-attention: per document, both directions
-    _wrap_forward(model)
+    patch_mixers(model)  # stateful mixers run per document inside the row scope the wrapped forwards enter
+    for module in model.modules():  # every PreTrainedModel a user can call: the inner base model too
+        if module is model or (hasattr(module, "config") and hasattr(module, "base_model_prefix")):
+            _wrap_forward(module)
     return model
 
 
@@ -303,7 +307,8 @@ def _wrap_forward(model) -> None:
             )
         if str(getattr(self.config, "_attn_implementation", "")).startswith("packwise"):
             _check_boundaries(kwargs, offset)
-        return type(self).forward(self, *args, **kwargs)
+        with row_scope(kwargs.get("cu_seq_lens_q")):
+            return type(self).forward(self, *args, **kwargs)
 
     params = list(inspect.signature(type(model).forward).parameters.values())
     extra = inspect.Parameter("seq_lengths", inspect.Parameter.KEYWORD_ONLY, default=None)

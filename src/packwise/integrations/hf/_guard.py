@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ...attention import FEATURES, Backend
+from ._mixers import MIXER_FAMILIES, stateful_verdict
 
 #: transformers model folders (``transformers.models.<name>``) whose every layer packwise has proved isolated.
 VERIFIED_FAMILIES = frozenset(
@@ -104,14 +105,15 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
                 "packwise refuses this head: train it unpacked (padded batches), or use a per-token head "
                 "(...ForCausalLM, ...ForTokenClassification, ...ForMaskedLM)"
             )
-        if family and _STATEFUL.search(name):
+        verdict = stateful_verdict(cls, family, named=bool(family and _STATEFUL.search(name)))
+        if verdict is not None:
             raise PackingRefused(
                 f"{name} in model type {model_type!r} carries state along the sequence (a recurrent/convolutional "
-                "mixer); transformers' torch path runs it over the whole packed row without resetting at document "
-                "boundaries, so packed documents would leak into each other. packwise refuses this model: train it "
-                "unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
+                f"mixer: {verdict}); transformers' torch path runs it over the whole packed row without resetting at "
+                "document boundaries, so packed documents would leak into each other. packwise refuses this model: "
+                "train it unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
             )
-        if family in VERIFIED_FAMILIES or cls.__module__.startswith(("torch.", "transformers.activations")):
+        if family in VERIFIED_FAMILIES or family in MIXER_FAMILIES or cls.__module__.startswith(("torch.", "transformers.activations")):
             continue
         if name in allow or _POSITIONWISE.search(name):
             continue
