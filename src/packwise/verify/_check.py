@@ -72,6 +72,8 @@ def _docs(sequences) -> list[dict]:
             labels = s.get("labels")
             labels = ids.clone() if labels is None else torch.as_tensor(labels, dtype=torch.int64).reshape(-1)
             extra = {k: torch.as_tensor(s[k]) for k in (*MEDIA, "mm_token_type_ids") if s.get(k) is not None}
+            if s.get("position_ids") is not None and torch.as_tensor(s["position_ids"]).dim() == 2:
+                extra["position_ids"] = torch.as_tensor(s["position_ids"])  # the model's own MRoPE (Qwen3-VL)
         else:
             ids = torch.as_tensor(s, dtype=torch.int64).reshape(-1)
             labels = ids.clone()
@@ -93,6 +95,8 @@ def _docs(sequences) -> list[dict]:
         omni = any("input_features" in d for d in docs)  # audio: Qwen2.5-Omni's rope index (h18)
         for d in docs:
             mm = d.setdefault("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
+            if "position_ids" in d:
+                continue
             if omni:
                 from ..multimodal import omni_position_ids
 
@@ -154,6 +158,7 @@ def check_equivalence(
     perturbation: bool = True,
     path: str | None = None,
     position_offset: int | None = None,
+    eval_modules: Sequence[str] = (),
 ) -> EquivalenceReport:
     """Compare every document's logits, the loss and all gradients, packed vs alone.
 
@@ -175,6 +180,8 @@ def check_equivalence(
         check_grads: compare parameter gradients (one backward each way).
         perturbation: change document 0 and require the other documents' logits not to move.
         path: a label for the report.
+        eval_modules: submodule names kept in eval mode when ``train`` is True (BatchNorm layers: packwise
+            refuses them in train mode in a packed row with media, see ``packwise.hf.use_packed_attention``).
         position_offset: first position id of every packed document; None: the model's own
             (:func:`packwise.hf.position_offset`: RoBERTa ``pad_token_id + 1``, else 0).
 
@@ -210,6 +217,8 @@ def check_equivalence(
     inputs = (inputs, position_offset)
     was_training = model.training
     model.train(train)
+    for name in eval_modules:
+        model.get_submodule(name).eval()
     try:
         lengths = [d["input_ids"].shape[0] for d in docs]
         alone = []

@@ -23,16 +23,17 @@ from ...assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemb
 from ...attention import BACKENDS, Backend
 from ._attention import packwise_attention_forward
 from ._features import _split
-from ._mixers import patch_mixers, row_scope
 from ._guard import (
     ENCODERS,
     PackingRefused,
     _check_boundaries,
     _check_switched,
     _family,
+    check_batch_norm,
     check_model,
     position_offset,
 )
+from ._mixers import patch_mixers, row_scope
 
 __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
@@ -298,6 +299,7 @@ def _wrap_forward(model) -> None:
     if getattr(getattr(model.forward, "__func__", None), "_packwise", False):
         return
     offset = position_offset(model)
+    norms = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
     def forward(self, *args, seq_lengths=None, **kwargs):
         if seq_lengths is not None:
@@ -307,6 +309,7 @@ def _wrap_forward(model) -> None:
             )
         if str(getattr(self.config, "_attn_implementation", "")).startswith("packwise"):
             _check_boundaries(kwargs, offset)
+        check_batch_norm(norms, kwargs, MEDIA_KEYS)
         with row_scope(kwargs.get("cu_seq_lens_q")):
             return type(self).forward(self, *args, **kwargs)
 

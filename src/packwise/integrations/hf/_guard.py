@@ -30,6 +30,9 @@ VERIFIED_FAMILIES = frozenset(
         "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma2", "gemma3", "phi3", "gpt_oss", "olmo2",
         "roberta", "bert", "qwen2_5_vl",
         "qwen2_5_omni",  # the thinker: ISOLATED with text, image and audio documents (tests/multimodal/test_audio.py)
+        # Nemotron-Omni: the wrapper, its RADIO vision and Parakeet audio encoders (each image/clip encoded on its own);
+        # the NemotronH LM's mixers run per document (_mixers.py). ISOLATED: tests/multimodal/test_nemotron_omni.py
+        "nemotron_h_omni", "radio", "parakeet",
     }
 )  # fmt: skip
 #: Encoder families (bidirectional attention, per document) and their first position id.
@@ -113,7 +116,11 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
                 "document boundaries, so packed documents would leak into each other. packwise refuses this model: "
                 "train it unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
             )
-        if family in VERIFIED_FAMILIES or family in MIXER_FAMILIES or cls.__module__.startswith(("torch.", "transformers.activations")):
+        if (
+            family in VERIFIED_FAMILIES
+            or family in MIXER_FAMILIES
+            or cls.__module__.startswith(("torch.", "transformers.activations"))
+        ):
             continue
         if name in allow or _POSITIONWISE.search(name):
             continue
@@ -196,6 +203,24 @@ def _check_switched(model, name: str) -> None:
             "refuses this model: train it unpacked (padded batches), or use a model family whose attention "
             "dispatches through AttentionInterface"
         )
+
+
+def check_batch_norm(norms: list, kwargs: dict, media_keys) -> None:
+    """Refuse a packed row with media while a BatchNorm layer of the model trains (Parakeet's conformer
+    convolution module in Nemotron-Omni's audio tower): train-mode batch statistics span every clip/image of
+    the row's documents, padding frames included, so one document's media move another's features (measured on
+    tiny-nemotron-h-omni: max |Δlogit| 0.13 on the audio documents; 0 with the BatchNorm in eval mode)."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None or cu.numel() <= 2 or not any(kwargs.get(k) is not None for k in media_keys):
+        return
+    for name, module in norms:
+        if module.training:
+            raise ValueError(
+                f"{name} ({type(module).__name__}) is in train mode in a packed row of {cu.numel() - 1} segments with "
+                "media: BatchNorm normalises with statistics over the whole batch, so the documents' clips/images "
+                f"would leak into each other. Put it in eval mode (model.{name}.eval(): running statistics, e.g. a "
+                "frozen encoder) after model.train(), or train this model unpacked"
+            )
 
 
 def _check_boundaries(kwargs: dict, offset: int) -> None:
