@@ -120,6 +120,93 @@ def _lfm2(t, v):
     return t.Lfm2Config(**_base(v), layer_types=["conv", "full_attention"])
 
 
+def _mamba(t, v):
+    return t.MambaConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4)
+
+
+def _mamba2(t, v):
+    return t.Mamba2Config(
+        vocab_size=v, hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, state_size=16, n_groups=1,
+        expand=2, chunk_size=16,
+    )  # fmt: skip
+
+
+def _falcon_mamba(t, v):
+    return t.FalconMambaConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2)
+
+
+_MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_expand=2)
+
+
+def _granitemoehybrid(t, v):
+    return t.GraniteMoeHybridConfig(
+        **_base(v), layer_types=["mamba", "attention"], **_MAMBA2, num_local_experts=2, num_experts_per_tok=1
+    )
+
+
+def _falcon_h1(t, v):
+    return t.FalconH1Config(**_base(v), **_MAMBA2, mamba_d_ssm=None, head_dim=16)
+
+
+def _zamba(t, v):  # three layers: the shared transformer block needs two hybrid layers to tie
+    return t.ZambaConfig(
+        **{**_base(v), "num_hidden_layers": 3}, layer_types=["hybrid", "linear_attention", "hybrid"],
+        mamba_d_state=8, mamba_dt_rank=8, n_mamba_heads=2,
+    )  # fmt: skip
+
+
+def _zamba2(t, v):
+    return t.Zamba2Config(
+        **_base(v), mamba_d_state=16, mamba_headdim=16, n_mamba_heads=8, layers_block_type=["mamba", "hybrid"],
+        num_mem_blocks=1,
+    )  # fmt: skip
+
+
+_DELTA = dict(
+    head_dim=16, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2, linear_num_value_heads=4,
+    linear_key_head_dim=16, linear_value_head_dim=16,
+)  # fmt: skip
+
+
+def _qwen3_5(t, v):
+    return t.Qwen3_5TextConfig(**_base(v), **_DELTA)
+
+
+def _qwen3_5_moe(t, v):
+    return t.Qwen3_5MoeTextConfig(
+        **_base(v), **_DELTA, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+    )  # fmt: skip
+
+
+def _lfm2_moe(t, v):
+    return t.Lfm2MoeConfig(
+        **_base(v), layer_types=["conv", "full_attention"], num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, num_dense_layers=1,
+    )  # fmt: skip
+
+
+def _kimi_linear(t, v):
+    return t.KimiLinearConfig(
+        **{**_base(v), "num_key_value_heads": 4}, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        layer_types=["linear_attention", "full_attention"], linear_head_dim=16, linear_num_heads=4,
+        num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=None, kv_lora_rank=16,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    )  # fmt: skip
+
+
+def _olmo_hybrid(t, v):
+    return t.OlmoHybridConfig(
+        **_base(v), pad_token_id=0, bos_token_id=1, eos_token_id=2, layer_types=["linear_attention", "full_attention"]
+    )
+
+
+def _minimax(t, v):
+    return t.MiniMaxConfig(
+        **_base(v), num_local_experts=2, num_experts_per_tok=1, layer_types=["linear_attention", "full_attention"]
+    )
+
+
 def _qwen2_5_vl(t, v):
     from ._models import tiny_config
 
@@ -146,6 +233,15 @@ FAMILIES: dict[str, tuple[Callable, str]] = {
     "qwen3_next": (_qwen3_next, "causal"),
     "jamba": (_jamba, "causal"),
     "lfm2": (_lfm2, "causal"),
+    **{
+        name: (build, "causal")
+        for name, build in (
+            ("mamba", _mamba), ("mamba2", _mamba2), ("falcon_mamba", _falcon_mamba),
+            ("granitemoehybrid", _granitemoehybrid), ("falcon_h1", _falcon_h1), ("zamba", _zamba),
+            ("zamba2", _zamba2), ("qwen3_5", _qwen3_5), ("qwen3_5_moe", _qwen3_5_moe), ("lfm2_moe", _lfm2_moe),
+            ("kimi_linear", _kimi_linear), ("olmo_hybrid", _olmo_hybrid), ("minimax", _minimax),
+        )
+    },  # fmt: skip
 }
 
 

@@ -41,13 +41,21 @@ MIXERS: dict[str, str] = {
     "FalconH1Mixer": "falcon_h1", "ZambaMambaMixer": "zamba", "Zamba2MambaMixer": "zamba2",
     "JambaMambaMixer": "jamba", "Qwen3NextGatedDeltaNet": "qwen3_next", "Qwen3_5GatedDeltaNet": "qwen3_5",
     "Qwen3_5MoeGatedDeltaNet": "qwen3_5_moe", "Lfm2ShortConv": "lfm2", "Lfm2MoeShortConv": "lfm2_moe",
-    "KimiLinearDeltaAttention": "kimi_linear", "OlmoHybridGatedDeltaNet": "olmo_hybrid",
+    "OlmoHybridGatedDeltaNet": "olmo_hybrid",
+    "MiniMaxLightningAttention": "minimax",
 }  # fmt: skip
+#: Mixers that return ``(output, state)``: their decoder layer discards the state, so a slice's is dropped too.
+_RETURNS_STATE = frozenset({"MiniMaxLightningAttention"})
 #: Model folders whose every other layer is stateless (attention is routed through packwise attention).
 MIXER_FAMILIES = frozenset(MIXERS.values())
 #: Names a stateful-looking class may have in :data:`MIXER_FAMILIES` when it only holds a mixer (a decoder layer,
 #: a block, the model) or normalises per token (a gated RMSNorm): its children are checked one by one.
 _CONTAINER_SUFFIXES = ("DecoderLayer", "Block", "Model", "ForCausalLM", "Norm", "NormGated")
+#: Stateful mixers refused with a specific reason (every other one gets the generic "no per-document path").
+_REFUSED = {
+    "KimiLinearDeltaAttention": "its delta mixer would run per document, but Kimi Linear's MLA attention "
+    "(KimiLinearAttention) has a value head dim different from the query's, which packwise's varlen attention refuses",
+}
 #: Keyword arguments a mixer must not see on a document slice (boundaries of the whole row).
 _BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx", "cu_seqlens")
 
@@ -118,7 +126,7 @@ def stateful_verdict(cls: type, family: str | None, *, named: bool) -> str | Non
         )
     if not named or (family in MIXER_FAMILIES and cls.__name__.endswith(_CONTAINER_SUFFIXES)):
         return None
-    return f"packwise has no per-document path for {cls.__name__}"
+    return _REFUSED.get(cls.__name__, f"packwise has no per-document path for {cls.__name__}")
 
 
 def patch_mixers(model: torch.nn.Module) -> int:
@@ -201,19 +209,31 @@ def _per_document(mixer, original, signature, cu, args, kwargs):
     for key in _BOUNDARY_KWARGS:
         extra.pop(key, None)
     extra.pop("position_ids", None)
+    rest = {**arguments, **extra, "attention_mask": mask}
+    length = hidden.shape[1]
     bounds = cu.tolist()
-    outs = []
+    outs, width = [], None
     for start, end in zip(bounds[:-1], bounds[1:]):
         if end == start:
             continue
-        piece_mask = None if mask is None else mask[:, start:end]
-        out = original(mixer, hidden[:, start:end], cache=None, attention_mask=piece_mask, **arguments, **extra)
+        piece = {k: _slice(v, length, start, end) for k, v in rest.items()}
+        out = original(mixer, hidden[:, start:end], cache=None, **piece)
         if isinstance(out, tuple):
-            if any(o is not None for o in out[1:]):
-                raise ValueError(f"{name} returned {len(out)} outputs; packwise concatenates only the first")
-            out = out[0]
+            if name not in _RETURNS_STATE:
+                raise ValueError(f"{name} returned {len(out)} outputs; packwise knows only mixers returning one tensor")
+            out, width = out[0], len(out)
         outs.append(out)
-    return torch.cat(outs, dim=1)
+    out = torch.cat(outs, dim=1)
+    return out if width is None else (out, *([None] * (width - 1)))
+
+
+def _slice(value, length: int, start: int, end: int):
+    """A per-token argument (``[1, T, ...]`` tensor, or a tuple of them: rotary cos/sin) cut to one document."""
+    if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == (1, length):
+        return value[:, start:end]
+    if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(_slice(v, length, start, end) for v in value)
+    return value
 
 
 def _has_state(cache, layer_idx) -> bool:
