@@ -41,10 +41,10 @@ def encode_media_chat(
         (L,)`` int64, ``position_ids (3, L)`` int64 MRoPE (Qwen2.5-VL's rope index without audio, Qwen2.5-Omni's
         with audio or ``rope="qwen2_5_omni"``, Qwen3-VL's with ``rope="qwen3_vl"``: patch 16 given by ``vision``,
         videos as timestamped frames, no ``second_per_grid_ts``), and when present ``pixel_values (patches,
-        1176)`` float32, ``image_grid_thw (I, 3)`` int64, ``input_features (A, 128, 3000)`` float32, ``feature_attention_mask
-        (A, 3000)`` int64, ``pixel_values_videos (patches, 1176)`` float32, ``video_grid_thw (V, 3)`` int64 and
-        ``second_per_grid_ts (V,)`` float32 (``temporal_patch_size / fps``; ``video_fps`` one rate per video,
-        default 2.0 frames/s).
+        1176)`` float32, ``image_grid_thw (I, 3)`` int64, ``input_features (A, 128, 3000)`` float32,
+        ``feature_attention_mask (A, 3000)`` int64, ``pixel_values_videos (patches, 1176)`` float32,
+        ``video_grid_thw (V, 3)`` int64 and ``second_per_grid_ts (V,)`` float32 (``temporal_patch_size / fps``;
+        ``video_fps`` one rate per video, default 2.0 frames/s).
 
     Raises:
         ValueError: more or fewer media parts than ``images`` / ``videos`` / ``audios``, or an unknown part type.
