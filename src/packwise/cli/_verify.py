@@ -91,6 +91,10 @@ def verify(
         from ..verify import load_multimodal_documents
 
         docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens)
+    elif model == "tiny-qwen3-vl":  # text-only, image and timestamped-video documents, Qwen3-VL's rope index
+        from ..verify import load_multimodal_documents
+
+        docs = load_multimodal_documents(tok, num_docs=max(num_docs, 4), max_tokens=max_tokens, rope="qwen3_vl")
     elif model == "tiny-qwen2.5-omni":  # text-only, image, audio and image + audio documents in one pack
         from ..verify import load_omni_documents
 

@@ -129,7 +129,7 @@ def nemotron_audio(waves: list, spec: NemotronOmniSpec = NemotronOmniSpec()):
     Example:
         >>> f, m = nemotron_audio([np.zeros(8000, dtype=np.float32)])
         >>> tuple(f.shape), int(m.sum())
-        ((1, 201, 80), 51)
+        ((1, 201, 80), 50)
     """
     import torch
     from transformers import ParakeetFeatureExtractor

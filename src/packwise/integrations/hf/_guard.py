@@ -33,6 +33,7 @@ VERIFIED_FAMILIES = frozenset(
         # Nemotron-Omni: the wrapper, its RADIO vision and Parakeet audio encoders (each image/clip encoded on its own);
         # the NemotronH LM's mixers run per document (_mixers.py). ISOLATED: tests/multimodal/test_nemotron_omni.py
         "nemotron_h_omni", "radio", "parakeet",
+        "qwen3_vl",  # interleaved MRoPE, deepstack: ISOLATED with image and video documents (test_qwen3_vl.py)
     }
 )  # fmt: skip
 #: Encoder families (bidirectional attention, per document) and their first position id.
