@@ -66,6 +66,8 @@ def encode_media_chat(
     vision, audio = vision or VisionSpec(), audio or AudioSpec()
     if rope not in (None, "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"):
         raise ValueError(f"rope={rope!r}; use 'qwen2_5_vl', 'qwen2_5_omni' or 'qwen3_vl'")
+    if rope == "qwen3_vl" and len(audios):
+        raise ValueError(f"{where}: rope='qwen3_vl' takes images and videos, not audio (use rope='qwen2_5_omni')")
 
     from ._video import DEFAULT_FPS, VIDEO_TOKEN_ID, process_video
 
@@ -148,8 +150,6 @@ def encode_media_chat(
         out["pixel_values_videos"] = torch.cat([pv for pv, _ in vids])
         out["video_grid_thw"], out["second_per_grid_ts"] = vgrid, secs
     if rope == "qwen3_vl":
-        if audios:
-            raise ValueError(f"{where}: rope='qwen3_vl' takes images and videos, not audio (use rope='qwen2_5_omni')")
         out.pop("second_per_grid_ts", None)  # Qwen3-VL reads time from the timestamp text, not from this field
         out["position_ids"] = qwen3_vl_position_ids(
             ids, types, grid_t, video_grid_thw=vgrid, spatial_merge_size=vision.merge_size
