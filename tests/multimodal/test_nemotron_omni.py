@@ -99,7 +99,10 @@ def test_tiny_nemotron_omni_is_isolated_and_the_controls_leak(omni):
 
     model, docs = omni
     assert [sorted(k for k in d if k in ("pixel_values", "input_features")) for d in docs] == [
-        [], ["pixel_values"], ["input_features"], ["input_features", "pixel_values"]
+        [],
+        ["pixel_values"],
+        ["input_features"],
+        ["input_features", "pixel_values"],
     ]
     raw = check_equivalence(model, docs, check_grads=False, perturbation=False)  # no packwise: mixers + attention
     assert not raw.isolated and min(raw.per_document_max_abs_diff[1:]) > 1e-2
