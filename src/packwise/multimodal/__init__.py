@@ -16,7 +16,7 @@ from ._images import (  # noqa: F401
     process_images,
     qwen3_vl_position_ids,
 )
-from ._nemotron import NemotronOmniSpec, encode_nemotron_chat, nemotron_audio, nemotron_images  # noqa: F401
+from ._nemotron import NemotronOmniSpec, encode_nemotron_chat, nemotron_audio, nemotron_images  # noqa: F401  (Nemotron-Omni)
 from ._video import process_video, video_frames, video_grid  # noqa: F401
 
-__all__ = ["AudioSpec", "NemotronOmniSpec", "VisionSpec", "encode_media_chat", "encode_nemotron_chat"]
+__all__ = ["AudioSpec", "VisionSpec", "encode_media_chat"]

@@ -182,8 +182,7 @@ def encode_nemotron_chat(
     """
     import torch
 
-    from ..text import check_chats, special_token_pattern
-    from ..text._chat import _encode_chats
+    from ..text import check_chats, encode_checked_chats, special_token_pattern
 
     spec = spec or NemotronOmniSpec()
     images, audios = list(images), list(audios)
@@ -222,7 +221,7 @@ def encode_nemotron_chat(
             f"{where}: {n_img} image and {n_aud} audio parts for {len(images)} images, {len(audios)} clips"
         )
     check_chats([messages], special_token_pattern(tokenizer), lambda i: where)
-    [(ids, loss)] = _encode_chats([out_msgs], tokenizer)
+    [(ids, loss)] = encode_checked_chats([out_msgs], tokenizer)  # media expanded by us into special tokens
     ids = torch.from_numpy(ids.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == spec.image_token_id] = 1

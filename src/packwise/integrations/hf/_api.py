@@ -266,6 +266,8 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
             feature the backend cannot honour (field and value).
         ValueError: an unknown backend, or a model that cannot switch attention implementation (checked on
             ``config._attn_implementation`` and every sub-config afterwards: Falcon only logs a warning).
+        ValueError (at forward time): a packed row with media while a BatchNorm layer trains (Parakeet's audio
+            tower in Nemotron-Omni): its batch statistics span every document; put that layer in eval mode.
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
