@@ -65,7 +65,7 @@ def test_encode_counts_placeholders_and_positions_restart(tok):
     assert f["position_ids"].tolist() == list(range(f["input_ids"].numel()))
     assert tok.decode(f["labels"][f["labels"] != -100]).startswith("Yes.")
     with pytest.raises(ValueError, match="1 image and 0 audio parts for 1 images, 1 clips"):
-        encode_nemotron_chat(chat[:1] * 0 + [{"role": "user", "content": [{"type": "image"}]}], tok,
+        encode_nemotron_chat([{"role": "user", "content": [{"type": "image"}]}], tok,
                              images=[Image.new("RGB", (64, 64))], audios=[np.zeros(800, np.float32)])  # fmt: skip
 
 
