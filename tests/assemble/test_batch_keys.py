@@ -35,7 +35,7 @@ def test_derived_lists_keep_their_values():
                        "max_length_k")  # fmt: skip
     assert MEDIA_KEYS == ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
                           "second_per_grid_ts", "input_features", "feature_attention_mask", "image_grid_hw",
-                          "input_features_mask")  # fmt: skip  (the last two: Nemotron-Omni)
+                          "input_features_mask")  # fmt: skip
     assert {
         "cu_seqlens", "cu_seqlens_padded", "cu_seq_lens_q", "cu_seq_lens_k", "cu_pack_tokens", "num_sequences",
         "max_seqlen", "max_seqlen_padded", "max_length_q", "max_length_k", "total_tokens", "metadata", "layout",
