@@ -51,13 +51,15 @@ def _packed_grads(model, docs):
     return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("family", ["nemotron_h", "jamba"])
-def test_gradient_checkpointing_replays_per_document(family):
+@pytest.mark.parametrize(("family", "reentrant"), [("nemotron_h", False), ("jamba", True)])
+def test_gradient_checkpointing_replays_per_document(family, reentrant):
+    """The backward replay of a checkpointed layer runs outside the row scope: it must still go per document
+    (non-reentrant: torch raises on a different recompute; reentrant: the gradients would silently differ)."""
     torch.manual_seed(0)
     model = use_packed_attention(family_model(family, 1024)).train()
     docs = _docs()
     loss, grads = _packed_grads(model, docs)
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
     assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
     loss_ckpt, grads_ckpt = _packed_grads(model, docs)
     assert torch.equal(loss, loss_ckpt)
@@ -96,7 +98,7 @@ def test_unseen_mixer_subclass_is_refused_by_name():
 def test_exact_mixers_stay_refused():
     cfg = transformers.RwkvConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
                                   intermediate_size=64)  # fmt: skip
-    with pytest.raises(PackingRefused, match="Rwkv\w+ in model type 'rwkv' carries state"):
+    with pytest.raises(PackingRefused, match=r"Rwkv\w+ in model type 'rwkv' carries state"):
         use_packed_attention(transformers.RwkvForCausalLM(cfg))
     with pytest.raises(PackingRefused, match=r"KimiLinearDeltaAttention in model type 'kimi_linear' .* MLA"):
         use_packed_attention(family_model("kimi_linear", 64))

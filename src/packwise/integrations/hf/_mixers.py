@@ -59,6 +59,9 @@ _REFUSED = {
 #: Keyword arguments a mixer must not see on a document slice (boundaries of the whole row).
 _BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx", "cu_seqlens")
 
+#: Boundaries a checkpointed mixer keeps for its backward replay (older ones are dropped; a mismatch raises).
+_PENDING = 64
+
 _ROW: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("packwise_row", default=None)
 
 
@@ -160,9 +163,10 @@ def _patch(mixer: torch.nn.Module, layer: torch.nn.Module | None) -> None:
         grad = torch.is_grad_enabled()
         checkpointed = layer is not None and bool(getattr(layer, "gradient_checkpointing", False)) and self.training
         if cu is None and replay and grad and checkpointed and torch._C._current_graph_task_id() != -1:
-            cu = _replayed(replay, type(self).__name__)
-        elif cu is not None and grad and checkpointed:
+            cu = _replayed(replay, type(self).__name__)  # a replay inside backward: the forward's boundaries
+        elif cu is not None and checkpointed:  # reentrant checkpointing runs the first pass under no_grad
             replay.append(cu)
+            del replay[:-_PENDING]
         if cu is None:
             return original(self, *args, **kwargs)
         return _per_document(self, original, signature, cu, args, kwargs)
