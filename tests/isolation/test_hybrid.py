@@ -91,7 +91,9 @@ def test_unseen_mixer_subclass_is_refused_by_name():
     layer = next(m for m in model.modules() if hasattr(m, "conv") and isinstance(m.conv, Lfm2ShortConv))
     old = layer.conv
     layer.conv = MyShortConv(model.config, old.layer_idx)
-    with pytest.raises(PackingRefused, match="MyShortConv subclasses Lfm2ShortConv, a mixer packwise runs per document"):
+    with pytest.raises(
+        PackingRefused, match="MyShortConv subclasses Lfm2ShortConv, a mixer packwise runs per document"
+    ):
         use_packed_attention(model, allow=["MyShortConv"])
 
 

@@ -23,7 +23,6 @@ from ...assemble import HF_KEYS, MEDIA_KEYS, PackedBatch, PackedSequence, assemb
 from ...attention import BACKENDS, Backend
 from ._attention import packwise_attention_forward
 from ._features import _split
-from ._mixers import patch_mixers, row_scope
 from ._guard import (
     ENCODERS,
     PackingRefused,
@@ -33,6 +32,7 @@ from ._guard import (
     check_model,
     position_offset,
 )
+from ._mixers import patch_mixers, row_scope
 
 __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
