@@ -97,6 +97,7 @@ def test_full_matrix():
         assert row.verdict == expected, row
         if expected == "ISOLATED":
             assert row.max_abs_diff <= 1e-5 and row.grad_max_rel_diff <= 1e-4 and row.eager_max_abs_diff <= 1e-4
+            assert row.generate in (True, None)  # the same tokens as the unpatched model (None: encoders)
 
 
 def test_verify_cli_refused_model_exits_3(capsys):
