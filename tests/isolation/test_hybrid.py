@@ -113,3 +113,45 @@ def test_packed_row_with_a_filled_cache_is_refused():
         batch.pop("labels")
         with pytest.raises(ValueError, match="MambaMixer got a cache that already holds state"):
             model(**batch, cache_params=cache, use_cache=True)
+
+
+@pytest.mark.slow
+def test_real_trainer_with_gradient_checkpointing_matches_alone(tmp_path):
+    """One ``transformers.Trainer`` step on a pack (default ``remove_unused_columns``), gradient checkpointing
+    on: the training loss is the per-document reference and the updated weights equal a run without it."""
+    datasets = pytest.importorskip("datasets")
+    from packwise import pack_dataset
+
+    docs = _docs(lengths=(30, 17, 41))
+    table, _ = pack_dataset([{"input_ids": d.tolist()} for d in docs], capacity=128)
+    assert table.num_rows == 1
+
+    def train(checkpointing: bool):
+        torch.manual_seed(0)
+        model = use_packed_attention(family_model("nemotron_h", 1024))
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / str(checkpointing)), max_steps=1, per_device_train_batch_size=1, report_to=[],
+            optim="sgd", learning_rate=0.1, gradient_checkpointing=checkpointing, use_cpu=True,
+        )  # fmt: skip
+        trainer = transformers.Trainer(
+            model=model, args=args, train_dataset=datasets.Dataset(table), data_collator=PackedDataCollator()
+        )
+        return trainer.train().training_loss, model
+
+    torch.manual_seed(0)
+    ref_model = family_model("nemotron_h", 1024)
+    with torch.no_grad():
+        total = sum(
+            float(
+                torch.nn.functional.cross_entropy(ref_model(input_ids=d[None]).logits[0, :-1], d[1:], reduction="sum")
+            )
+            for d in docs
+        )
+    reference = total / sum(len(d) - 1 for d in docs)
+    loss, plain = train(False)
+    loss_ckpt, ckpt = train(True)
+    assert loss == pytest.approx(reference, abs=1e-5) and loss_ckpt == pytest.approx(reference, abs=1e-5)
+    moved = [(a, b, r) for (_, a), (_, b), r in zip(plain.named_parameters(), ckpt.named_parameters(),
+                                                     ref_model.parameters())]  # fmt: skip
+    assert any(not torch.equal(a, r) for a, _, r in moved)  # the step changed the weights
+    assert max(float((a - b).abs().max()) for a, b, _ in moved) <= 1e-6
