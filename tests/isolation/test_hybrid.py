@@ -65,6 +65,23 @@ def test_gradient_checkpointing_replays_per_document(family, reentrant):
     assert worst <= 1e-5, worst
 
 
+def test_deep_copy_of_a_patched_model_isolates_on_its_own():
+    import copy
+
+    torch.manual_seed(0)
+    model = use_packed_attention(family_model("jamba", 1024))
+    twin = copy.deepcopy(model)
+    mixers = [m for m in twin.modules() if type(m).__name__ == "JambaMambaMixer"]
+    assert mixers and all(m.forward.__self__ is m for m in mixers)
+    assert all(m._packwise_layer in set(twin.modules()) for m in mixers)  # the copy's own layers
+    docs = _docs()
+    batch = PackedDataCollator()([{"input_ids": d.tolist()} for d in docs])
+    with torch.no_grad():
+        assert torch.equal(twin(**batch).logits, model(**batch).logits)
+        alone = torch.cat([twin(input_ids=d[None]).logits[0] for d in docs])
+    assert float((twin(**batch).logits[0] - alone).abs().max()) <= 1e-6
+
+
 def test_inner_base_model_isolates_too():
     torch.manual_seed(0)
     model = use_packed_attention(family_model("jamba", 1024))

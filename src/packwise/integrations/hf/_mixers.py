@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import types
 
@@ -154,25 +155,35 @@ def patch_mixers(model: torch.nn.Module) -> int:
 
 
 def _patch(mixer: torch.nn.Module, layer: torch.nn.Module | None) -> None:
-    original = type(mixer).forward
-    signature = inspect.signature(original)
-    replay: list[torch.Tensor] = []  # boundaries of checkpointed forwards not yet replayed by backward
+    # plain instance attributes (object.__setattr__: the layer is not registered as a child), so that a deep copy
+    # of the model gets its own layer reference and its own replay list
+    object.__setattr__(mixer, "_packwise_layer", layer)
+    object.__setattr__(mixer, "_packwise_replay", [])  # boundaries of checkpointed forwards not yet replayed
+    mixer.forward = types.MethodType(_mixer_forward, mixer)
 
-    def forward(self, *args, **kwargs):
-        cu = _ROW.get()
-        grad = torch.is_grad_enabled()
-        checkpointed = layer is not None and bool(getattr(layer, "gradient_checkpointing", False)) and self.training
-        if cu is None and replay and grad and checkpointed and torch._C._current_graph_task_id() != -1:
-            cu = _replayed(replay, type(self).__name__)  # a replay inside backward: the forward's boundaries
-        elif cu is not None and checkpointed:  # reentrant checkpointing runs the first pass under no_grad
-            replay.append(cu)
-            del replay[:-_PENDING]
-        if cu is None:
-            return original(self, *args, **kwargs)
-        return _per_document(self, original, signature, cu, args, kwargs)
 
-    forward._packwise = True
-    mixer.forward = types.MethodType(forward, mixer)
+def _mixer_forward(self, *args, **kwargs):
+    """A patched mixer's forward: per document inside a row scope (or a backward replay of one), else as is."""
+    original = type(self).forward
+    cu = _ROW.get()
+    layer, replay = self.__dict__["_packwise_layer"], self.__dict__["_packwise_replay"]
+    checkpointed = layer is not None and bool(getattr(layer, "gradient_checkpointing", False)) and self.training
+    if cu is None and replay and checkpointed and torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1:
+        cu = _replayed(replay, type(self).__name__)  # a replay inside backward: the forward's boundaries
+    elif cu is not None and checkpointed:  # reentrant checkpointing runs the first pass under no_grad
+        replay.append(cu)
+        del replay[:-_PENDING]
+    if cu is None:
+        return original(self, *args, **kwargs)
+    return _per_document(self, original, _signature(original), cu, args, kwargs)
+
+
+_mixer_forward._packwise = True
+
+
+@functools.cache
+def _signature(forward) -> inspect.Signature:
+    return inspect.signature(forward)
 
 
 def _replayed(replay: list[torch.Tensor], name: str) -> torch.Tensor:
