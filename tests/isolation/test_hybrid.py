@@ -172,3 +172,14 @@ def test_real_trainer_with_gradient_checkpointing_matches_alone(tmp_path):
                                                      ref_model.parameters())]  # fmt: skip
     assert any(not torch.equal(a, r) for a, _, r in moved)  # the step changed the weights
     assert max(float((a - b).abs().max()) for a, b, _ in moved) <= 1e-6
+
+
+def test_unverified_vision_tower_of_a_hybrid_family_is_refused_by_name():
+    """Qwen3.5's text model is ISOLATED; its VL model's vision tower is not verified: refused, with the opt-in."""
+    from packwise.verify._families import _qwen3_5
+
+    vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=16,
+                  temporal_patch_size=2, spatial_merge_size=2)  # fmt: skip
+    cfg = transformers.Qwen3_5Config(text_config=_qwen3_5(transformers, 1024).to_dict(), vision_config=vision)
+    with pytest.raises(PackingRefused, match=r"not verified: Qwen3_5VisionBlock .* --allow Qwen3_5VisionAttention,"):
+        use_packed_attention(transformers.Qwen3_5ForConditionalGeneration(cfg))

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ...attention import FEATURES, Backend
-from ._mixers import MIXER_FAMILIES, stateful_verdict
+from ._mixers import stateful_verdict, vouched
 
 #: transformers model folders (``transformers.models.<name>``) whose every layer packwise has proved isolated.
 VERIFIED_FAMILIES = frozenset(
@@ -113,9 +113,9 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
                 "document boundaries, so packed documents would leak into each other. packwise refuses this model: "
                 "train it unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
             )
-        if family in VERIFIED_FAMILIES | MIXER_FAMILIES or cls.__module__.startswith(
-            ("torch.", "transformers.activations")
-        ):
+        if family in VERIFIED_FAMILIES or vouched(cls, family):
+            continue
+        if cls.__module__.startswith(("torch.", "transformers.activations")):
             continue
         if name in allow or _POSITIONWISE.search(name):
             continue

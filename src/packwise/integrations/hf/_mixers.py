@@ -30,6 +30,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import re
 import types
 
 import torch
@@ -52,6 +53,9 @@ MIXER_FAMILIES = frozenset(MIXERS.values())
 #: Names a stateful-looking class may have in :data:`MIXER_FAMILIES` when it only holds a mixer (a decoder layer,
 #: a block, the model) or normalises per token (a gated RMSNorm): its children are checked one by one.
 _CONTAINER_SUFFIXES = ("DecoderLayer", "Block", "Model", "ForCausalLM", "Norm", "NormGated")
+#: Parts of a hybrid family packwise has not verified (e.g. the vision tower of Qwen3.5's VL model): they are
+#: unknown classes to ``check_model`` (refused by name; ``allow`` opts in after ``packwise verify``).
+_UNVERIFIED_PARTS = re.compile(r"Vision|Visual|Audio|Video|Speech")
 #: Stateful mixers refused with a specific reason (every other one gets the generic "no per-document path").
 _REFUSED = {
     "KimiLinearDeltaAttention": "its delta mixer would run per document, but Kimi Linear's MLA attention "
@@ -104,6 +108,17 @@ def known_mixer(cls: type) -> bool:
     """
     family = MIXERS.get(cls.__name__)
     return family is not None and cls.__module__ == f"transformers.models.{family}.modeling_{family}"
+
+
+def vouched(cls: type, family: str | None) -> bool:
+    """Whether a class of a :data:`MIXER_FAMILIES` family is covered by its ISOLATED row (text layers only).
+
+    Example:
+        >>> from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Attention, Qwen3_5VisionAttention
+        >>> vouched(Qwen3_5Attention, "qwen3_5"), vouched(Qwen3_5VisionAttention, "qwen3_5")
+        (True, False)
+    """
+    return family in MIXER_FAMILIES and not _UNVERIFIED_PARTS.search(cls.__name__)
 
 
 def stateful_verdict(cls: type, family: str | None, *, named: bool) -> str | None:
