@@ -4,8 +4,9 @@ Every config is 2 layers, hidden 64 (vision tower 32), 4 query / 2 key-value hea
 vocabulary, and turns on the family's attention features: sliding windows of 8 tokens (Mistral; Qwen2 via
 ``use_sliding_window`` + ``max_window_layers``; Gemma-2/3 and gpt-oss interleaved local/global layers),
 Gemma-2 logit softcapping 5.0, gpt-oss attention sinks, RoBERTa's bidirectional attention with
-``position_offset = pad_token_id + 1``. Hybrid families (Bamba, Nemotron-H, Qwen3-Next, Jamba, LFM2)
-carry recurrent/convolutional state and are expected to be REFUSED.
+``position_offset = pad_token_id + 1``. Hybrid families (Mamba/Mamba2 mixers, gated DeltaNet, short
+convolutions, lightning attention) carry recurrent/convolutional state that packwise resets per document;
+Kimi Linear (MLA attention with a value head dim unlike the query's) is expected to be REFUSED.
 """
 
 from __future__ import annotations
@@ -233,15 +234,19 @@ FAMILIES: dict[str, tuple[Callable, str]] = {
     "qwen3_next": (_qwen3_next, "causal"),
     "jamba": (_jamba, "causal"),
     "lfm2": (_lfm2, "causal"),
-    **{
-        name: (build, "causal")
-        for name, build in (
-            ("mamba", _mamba), ("mamba2", _mamba2), ("falcon_mamba", _falcon_mamba),
-            ("granitemoehybrid", _granitemoehybrid), ("falcon_h1", _falcon_h1), ("zamba", _zamba),
-            ("zamba2", _zamba2), ("qwen3_5", _qwen3_5), ("qwen3_5_moe", _qwen3_5_moe), ("lfm2_moe", _lfm2_moe),
-            ("kimi_linear", _kimi_linear), ("olmo_hybrid", _olmo_hybrid), ("minimax", _minimax),
-        )
-    },  # fmt: skip
+    "mamba": (_mamba, "causal"),
+    "mamba2": (_mamba2, "causal"),
+    "falcon_mamba": (_falcon_mamba, "causal"),
+    "granitemoehybrid": (_granitemoehybrid, "causal"),
+    "falcon_h1": (_falcon_h1, "causal"),
+    "zamba": (_zamba, "causal"),
+    "zamba2": (_zamba2, "causal"),
+    "qwen3_5": (_qwen3_5, "causal"),
+    "qwen3_5_moe": (_qwen3_5_moe, "causal"),
+    "lfm2_moe": (_lfm2_moe, "causal"),
+    "kimi_linear": (_kimi_linear, "causal"),
+    "olmo_hybrid": (_olmo_hybrid, "causal"),
+    "minimax": (_minimax, "causal"),
 }
 
 

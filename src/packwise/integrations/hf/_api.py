@@ -252,16 +252,20 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     ``cu_seq_lens_q``, ``seq_lengths`` passed to the model itself, or documents whose first position id
     is not the model's :func:`position_offset`. Sliding windows, logit softcapping, attention sinks,
     custom scaling and encoder (bidirectional) attention are honoured per document; ``generate`` works.
-    Returns the model (switched in place).
+    Hybrid models: every stateful mixer packwise knows (Mamba, Mamba2, gated DeltaNet, short convolution,
+    lightning attention: :mod:`packwise.integrations.hf._mixers`) runs once per document of a packed row, so
+    its state restarts at every boundary; the same holds when an inner base model (``model.model(...)``)
+    is called directly, and under gradient checkpointing. Returns the model (switched in place).
 
     Args:
         backend: varlen backend (see :mod:`packwise.attention`); ``auto`` picks one that honours the
             model's features.
         allow: module class names to accept in a model family packwise has not verified — only after
-            ``packwise verify --model PATH`` printed ISOLATED for it. Stateful mixers are refused anyway.
+            ``packwise verify --model PATH`` printed ISOLATED for it. Stateful mixers are refused anyway,
+            except the Mamba/Mamba2/gated-DeltaNet/short-conv/lightning classes packwise runs per document.
 
     Raises:
-        PackingRefused: (a ``ValueError``) a stateful mixer (Mamba, gated DeltaNet, short conv: named with
+        PackingRefused: (a ``ValueError``) a stateful mixer packwise cannot run per document (named with
             the model type), an unverified module class (named, with the ``allow`` opt-in), or a config
             feature the backend cannot honour (field and value).
         ValueError: an unknown backend, or a model that cannot switch attention implementation (checked on

@@ -5,9 +5,9 @@ Checked, never assumed. A module is accepted when its class comes from a transfo
 position-wise name (``...MLP``, ``...Norm``, ``...Embedding``, ``Linear``, ...) or a container's
 (``...Model``, ``...ForCausalLM``: PEFT wrappers; their children are checked one by one), or is named in ``allow``.
 Layers that carry state along the sequence — Mamba/Mamba2 mixers, gated DeltaNet, Delta and Lightning
-(linear) attention, RWKV, short convolutions — are refused by name whatever ``allow`` says: on
-transformers' CPU/torch path their recurrence runs over the whole packed row (no ``seq_idx``/``cu_seqlens``
-reset), so one document's state flows into the next.
+(linear) attention, RWKV, short convolutions — are refused by name whatever ``allow`` says (on
+transformers' CPU/torch path their recurrence runs over the whole packed row, so one document's state flows
+into the next), unless ``_mixers.MIXERS`` runs that exact class per document; its families count as verified.
 Heads that pool one prediction per row (``...ForSequenceClassification``, ``...ForQuestionAnswering``,
 ``...ForMultipleChoice``, ``...ForNextSentencePrediction``, ``...ClassificationHead``) are refused too.
 The patched forward's boundary checks (:func:`_check_boundaries`) and the post-switch check
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ...attention import FEATURES, Backend
-from ._mixers import MIXER_FAMILIES, stateful_verdict
+from ._mixers import stateful_verdict, vouched
 
 #: transformers model folders (``transformers.models.<name>``) whose every layer packwise has proved isolated.
 VERIFIED_FAMILIES = frozenset(
@@ -65,10 +65,10 @@ class PackingRefused(ValueError):
         >>> from packwise.hf import PackingRefused, use_packed_attention
         >>> from packwise.verify import family_model
         >>> try:
-        ...     use_packed_attention(family_model("lfm2", 64))  # a convolutional mixer carries state
+        ...     use_packed_attention(family_model("kimi_linear", 64))  # a delta-attention mixer carries state
         ... except PackingRefused as e:
         ...     print(e.reason)
-        Lfm2ShortConv in model type 'lfm2' carries state along the sequence ... train it unpacked, ...
+        KimiLinearDeltaAttention in model type 'kimi_linear' carries state along the sequence ... train it unpacked, ...
     """
 
     def __init__(self, reason: str, *, problem: str | None = None, backends: tuple[str, ...] = ()) -> None:
@@ -117,11 +117,9 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
                 "document boundaries, so packed documents would leak into each other. packwise refuses this model: "
                 "train it unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
             )
-        if (
-            family in VERIFIED_FAMILIES
-            or family in MIXER_FAMILIES
-            or cls.__module__.startswith(("torch.", "transformers.activations"))
-        ):
+        if family in VERIFIED_FAMILIES or vouched(cls, family):
+            continue
+        if cls.__module__.startswith(("torch.", "transformers.activations")):
             continue
         if name in allow or _POSITIONWISE.search(name):
             continue

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
+import re
 import types
 
 import torch
@@ -51,6 +53,9 @@ MIXER_FAMILIES = frozenset(MIXERS.values())
 #: Names a stateful-looking class may have in :data:`MIXER_FAMILIES` when it only holds a mixer (a decoder layer,
 #: a block, the model) or normalises per token (a gated RMSNorm): its children are checked one by one.
 _CONTAINER_SUFFIXES = ("DecoderLayer", "Block", "Model", "ForCausalLM", "Norm", "NormGated")
+#: Parts of a hybrid family packwise has not verified (e.g. the vision tower of Qwen3.5's VL model): they are
+#: unknown classes to ``check_model`` (refused by name; ``allow`` opts in after ``packwise verify``).
+_UNVERIFIED_PARTS = re.compile(r"Vision|Visual|Audio|Video|Speech")
 #: Stateful mixers refused with a specific reason (every other one gets the generic "no per-document path").
 _REFUSED = {
     "KimiLinearDeltaAttention": "its delta mixer would run per document, but Kimi Linear's MLA attention "
@@ -58,6 +63,9 @@ _REFUSED = {
 }
 #: Keyword arguments a mixer must not see on a document slice (boundaries of the whole row).
 _BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx", "cu_seqlens")
+
+#: Boundaries a checkpointed mixer keeps for its backward replay (older ones are dropped; a mismatch raises).
+_PENDING = 64
 
 _ROW: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("packwise_row", default=None)
 
@@ -100,6 +108,17 @@ def known_mixer(cls: type) -> bool:
     """
     family = MIXERS.get(cls.__name__)
     return family is not None and cls.__module__ == f"transformers.models.{family}.modeling_{family}"
+
+
+def vouched(cls: type, family: str | None) -> bool:
+    """Whether a class of a :data:`MIXER_FAMILIES` family is covered by its ISOLATED row (text layers only).
+
+    Example:
+        >>> from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Attention, Qwen3_5VisionAttention
+        >>> vouched(Qwen3_5Attention, "qwen3_5"), vouched(Qwen3_5VisionAttention, "qwen3_5")
+        (True, False)
+    """
+    return family in MIXER_FAMILIES and not _UNVERIFIED_PARTS.search(cls.__name__)
 
 
 def stateful_verdict(cls: type, family: str | None, *, named: bool) -> str | None:
@@ -151,24 +170,35 @@ def patch_mixers(model: torch.nn.Module) -> int:
 
 
 def _patch(mixer: torch.nn.Module, layer: torch.nn.Module | None) -> None:
-    original = type(mixer).forward
-    signature = inspect.signature(original)
-    replay: list[torch.Tensor] = []  # boundaries of checkpointed forwards not yet replayed by backward
+    # plain instance attributes (object.__setattr__: the layer is not registered as a child), so that a deep copy
+    # of the model gets its own layer reference and its own replay list
+    object.__setattr__(mixer, "_packwise_layer", layer)
+    object.__setattr__(mixer, "_packwise_replay", [])  # boundaries of checkpointed forwards not yet replayed
+    mixer.forward = types.MethodType(_mixer_forward, mixer)
 
-    def forward(self, *args, **kwargs):
-        cu = _ROW.get()
-        grad = torch.is_grad_enabled()
-        checkpointed = layer is not None and bool(getattr(layer, "gradient_checkpointing", False)) and self.training
-        if cu is None and replay and grad and checkpointed and torch._C._current_graph_task_id() != -1:
-            cu = _replayed(replay, type(self).__name__)
-        elif cu is not None and grad and checkpointed:
-            replay.append(cu)
-        if cu is None:
-            return original(self, *args, **kwargs)
-        return _per_document(self, original, signature, cu, args, kwargs)
 
-    forward._packwise = True
-    mixer.forward = types.MethodType(forward, mixer)
+def _mixer_forward(self, *args, **kwargs):
+    """A patched mixer's forward: per document inside a row scope (or a backward replay of one), else as is."""
+    original = type(self).forward
+    cu = _ROW.get()
+    layer, replay = self.__dict__["_packwise_layer"], self.__dict__["_packwise_replay"]
+    checkpointed = layer is not None and bool(getattr(layer, "gradient_checkpointing", False)) and self.training
+    if cu is None and replay and checkpointed and torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1:
+        cu = _replayed(replay, type(self).__name__)  # a replay inside backward: the forward's boundaries
+    elif cu is not None and checkpointed:  # reentrant checkpointing runs the first pass under no_grad
+        replay.append(cu)
+        del replay[:-_PENDING]
+    if cu is None:
+        return original(self, *args, **kwargs)
+    return _per_document(self, original, _signature(original), cu, args, kwargs)
+
+
+_mixer_forward._packwise = True
+
+
+@functools.cache
+def _signature(forward) -> inspect.Signature:
+    return inspect.signature(forward)
 
 
 def _replayed(replay: list[torch.Tensor], name: str) -> torch.Tensor:
