@@ -35,6 +35,8 @@ def _grid(fields: Mapping, kind: str):
     names = MEDIA_BY_KIND[kind][0]
     found = [(n, fields[n]) for n in names if fields.get(n) is not None]
     return found[0] if found else (names[0] if names else None, None)
+
+
 COUNT_FIELDS = (
     "samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
     "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "media_dropped", "loss_tokens_masked_at_boundary",
