@@ -13,6 +13,11 @@ per second of forward + backward + optimizer step.
   and ``use_packed_attention(backend=...)`` — every backend available on the device;
 - packed, no isolation: the same rows fed as plain causal sequences (what "packing" without boundaries
   costs — and it trains on cross-document attention).
+
+``--model nemotron_h`` (a tiny hybrid: Mamba2 + attention layers, ``hybrid_override_pattern`` ``M*`` repeated)
+times padded vs packed + isolation (attention per document, every Mamba2 mixer once per document: the exact
+path of ``packwise/integrations/hf/_mixers.py``) vs packed with the mixers run over the whole row (attention
+isolated, the mixer state leaking across documents: what the per-document reset costs), interleaved.
 """
 
 from __future__ import annotations
@@ -42,9 +47,18 @@ def chitchat_lengths(capacity: int) -> np.ndarray:
 
 
 def make_model(args):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, NemotronHConfig, NemotronHForCausalLM
 
     torch.manual_seed(0)
+    if args.model == "nemotron_h":
+        cfg = NemotronHConfig(
+            vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 4,
+            hybrid_override_pattern="M*" * max(1, args.layers // 2), num_attention_heads=args.heads,
+            num_key_value_heads=max(1, args.heads // 2), head_dim=args.hidden // args.heads,
+            mamba_num_heads=args.hidden * 2 // 32, mamba_head_dim=32, ssm_state_size=16, n_groups=1,
+            max_position_embeddings=args.capacity, use_cache=False,
+        )  # fmt: skip
+        return NemotronHForCausalLM(cfg).to(device=args.device, dtype=getattr(torch, args.dtype))
     cfg = LlamaConfig(
         vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 4, num_hidden_layers=args.layers,
         num_attention_heads=args.heads, num_key_value_heads=max(1, args.heads // 2), max_position_embeddings=args.capacity,
@@ -71,6 +85,20 @@ def run(model, batches, args) -> float:
     return time.perf_counter() - t
 
 
+def whole_row_mixers(model) -> None:
+    """Undo the per-document mixer path (attention stays isolated): each mixer's class forward over the row."""
+
+    def whole_row(self, *args, **kwargs):
+        for key in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"):
+            kwargs.pop(key, None)
+        return type(self).forward(self, *args, **kwargs)
+
+    patched = [m for m in model.modules() if getattr(m.__dict__.get("forward"), "_packwise", False)]
+    assert patched, "no per-document mixer to undo"
+    for m in patched:
+        m.forward = whole_row.__get__(m)
+
+
 def to_device(batch: dict, device: str) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -87,6 +115,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", choices=("llama", "nemotron_h"), default="llama", help="tiny model family")
     add_common(ap)
     args = ap.parse_args()
     if args.quick:
@@ -123,6 +152,9 @@ def main() -> None:
     padded_timed_tokens = int(sum(len(d) for d in docs[(warm_docs // bs) * bs :]))
     padded_warmup = warm_docs // bs
 
+    if args.model == "nemotron_h":
+        hybrid(args, rep, packed, padded, real_timed, padded_timed_tokens, padded_warmup, docs, packs, bs)
+        return
     runs: dict[str, list[float]] = {}
     for _ in range(args.repeat):  # modes in the same order every repeat, a fresh model each time
         model = make_model(args)
@@ -161,6 +193,38 @@ def main() -> None:
         unit="%",
         ratio_means="absolute",
     )
+    rep.finish()
+
+
+def hybrid(args, rep, packed, padded, real_timed, padded_timed_tokens, padded_warmup, docs, packs, bs) -> None:
+    """Nemotron-H: padded vs packed + isolation (exact) vs packed with whole-row mixers (leaky), interleaved."""
+    names = ("padded (sdpa + attention mask)", "packed + isolation (exact mixers)", "packed, whole-row mixers (leaky)")
+    runs: dict[str, list[float]] = {k: [] for k in names}
+    a = argparse.Namespace(**{**vars(args), "warmup": padded_warmup})
+    for _ in range(args.repeat):  # the three modes in the same order every repeat, fresh models
+        model = make_model(args)
+        model.set_attn_implementation("sdpa")
+        runs[names[0]].append(padded_timed_tokens / run(model, padded, a))
+        model = use_packed_attention(make_model(args))
+        runs[names[1]].append(real_timed / run(model, packed, args))
+        whole_row_mixers(model)
+        runs[names[2]].append(real_timed / run(model, packed, args))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    rep.say(f"{args.device} {args.dtype}, Nemotron-H {args.layers} layers (M* pattern) × {args.hidden} hidden, vocab "
+            f"{args.vocab}, capacity {args.capacity}; {len(docs)} samples in {len(packs)} packs ({len(packs) - args.warmup} "
+            f"timed, {real_timed:,} real tokens); padded batch size {bs}; threads {torch.get_num_threads()}; medians "
+            f"of {args.repeat}")  # fmt: skip
+    for k in names:
+        rep.figure(
+            f"{k} real tokens/s", med[k], unit="tokens/s", baseline="padded tokens/s", baseline_value=med[names[0]],
+            ratio_means="mode / padded (higher is better)", target=">= 1.3" if k == names[1] else None,
+            spread=(min(runs[k]), max(runs[k])),
+        )  # fmt: skip
+    ratios = [e / w for e, w in zip(runs[names[1]], runs[names[2]])]
+    rep.figure(
+        "exact per-document mixers vs whole-row (leaky) mixers, tokens/s ratio", statistics.median(ratios), unit="x",
+        ratio_means="exact / leaky per repeat (1.0 = the reset is free)", spread=(min(ratios), max(ratios)),
+    )  # fmt: skip
     rep.finish()
 
 

@@ -2,6 +2,7 @@
 
     python examples/energon_multimodal.py --recipe qwen2.5-vl --cp 2              # image chats
     python examples/energon_multimodal.py --recipe omni --cp 2                    # image + audio chats
+    python examples/energon_multimodal.py --recipe nemotron-omni --cp 2           # Nemotron-Omni inputs
     python examples/energon_multimodal.py --recipe qwen2.5-vl --samples 64 --long 4   # with over-long samples
 
 What it does:
@@ -11,10 +12,11 @@ What it does:
    the same rows in JSONL with the PNG/WAV files beside it;
 2. Energon path: a ``TaskEncoder`` with :class:`packwise.integrations.energon.PackwiseTaskEncoderMixin`
    tokenizes each chat (``packwise.multimodal.encode_media_chat``: Qwen2.5-VL image tokens, Qwen2.5-Omni
-   audio tokens, MRoPE from transformers' rope index) and packs every buffer; the alignment comes from the
+   audio tokens, MRoPE from transformers' rope index; ``nemotron-omni``: ``encode_nemotron_chat``, RADIO
+   patches + ``image_grid_hw``, Parakeet mel frames + ``input_features_mask``, 1-D positions) and packs every buffer; the alignment comes from the
    topology (``packwise.plan.alignment_multiple(cp=--cp)``) so every sequence splits evenly over the CP
    ranks; each batch becomes megatron-core ``PackedSeqParams`` and is sharded per CP rank;
-3. offline path (both recipes): ``packwise pack`` on the JSONL (image and audio parts) with the same capacity
+3. offline path (the Qwen recipes): ``packwise pack`` on the JSONL (image and audio parts) with the same capacity
    and alignment;
 4. prints the packing report of each: utilisation, packs, samples/s, overflow counts.
 
@@ -47,12 +49,20 @@ from megatron.energon import (
     stateless,
 )
 
-from packwise.assemble import shard_for_context_parallel, to_packed_seq_params
+from packwise.assemble import MEDIA_KEYS, shard_for_context_parallel, to_packed_seq_params
 from packwise.integrations.energon import PackwiseTaskEncoderMixin
-from packwise.multimodal import AudioSpec, VisionSpec, encode_media_chat, load_audio
+from packwise.multimodal import (
+    AudioSpec,
+    NemotronOmniSpec,
+    VisionSpec,
+    encode_media_chat,
+    encode_nemotron_chat,
+    load_audio,
+)
 from packwise.plan import alignment_multiple
 
 VISION = VisionSpec(max_pixels=224 * 224)  # small photos keep the example fast on a CPU
+NEMOTRON = NemotronOmniSpec()  # tiny-nemotron-h-omni's ids over the qwen2.5 vocabulary; <= 64 patches per image
 PHOTOS = ("astronaut", "coffee", "chelsea", "camera", "rocket")
 
 
@@ -97,7 +107,7 @@ def make_data(workdir: Path, *, recipe: str, samples: int, long: int) -> None:
         files = {}
         if i % 4 != 3:  # a quarter of the chats are text-only
             files["png"] = photo(PHOTOS[i % len(PHOTOS)], 112 + 56 * (i % 3))
-        if recipe == "omni" and i % 2 == 0:
+        if recipe in ("omni", "nemotron-omni") and i % 2 == 0:
             files["wav"] = chirp(0.5 + 0.25 * (i % 4), 200 + 10 * i)
         content = [{"type": "text", "text": question}]
         content += [{"type": "image"}] if "png" in files else []
@@ -146,6 +156,8 @@ class MediaSample(Sample):
     image_grid_thw: torch.Tensor | None
     input_features: torch.Tensor | None
     feature_attention_mask: torch.Tensor | None
+    image_grid_hw: torch.Tensor | None = None  # Nemotron-Omni
+    input_features_mask: torch.Tensor | None = None
 
 
 @stateless
@@ -173,18 +185,26 @@ class MediaChatEncoder(PackwiseTaskEncoderMixin, DefaultTaskEncoder[ChatSample, 
     def preencode_sample(self, sample: ChatSample) -> MediaSample:
         from PIL import Image
 
-        images = [Image.open(io.BytesIO(sample.image))] if sample.image else []
+        images = [Image.open(io.BytesIO(sample.image)).convert("RGB")] if sample.image else []
         audios = [load_audio(sample.audio, AudioSpec(), where=sample.__key__)] if sample.audio else []
         fields = dict.fromkeys(MediaSample.__dataclass_fields__.keys() - Sample.__dataclass_fields__.keys())
-        encoded = encode_media_chat(
-            sample.messages, self.tokenizer, images=images, audios=audios, vision=VISION, rope=self.rope,
-            where=sample.__key__,
-        )  # fmt: skip
+        if self.rope == "nemotron_h_omni":  # RADIO patches, Parakeet mel frames, 1-D positions
+            encoded = encode_nemotron_chat(sample.messages, self.tokenizer, images=images, audios=audios,
+                                           spec=NEMOTRON, where=sample.__key__)  # fmt: skip
+            del encoded["mm_token_type_ids"]  # the model takes no token types (its placeholders are its ids)
+        else:
+            encoded = encode_media_chat(
+                sample.messages, self.tokenizer, images=images, audios=audios, vision=VISION, rope=self.rope,
+                where=sample.__key__,
+            )  # fmt: skip
         fields.update(encoded)
         return MediaSample.derive_from(sample, **fields)
 
 
-def run_energon(workdir: Path, *, capacity: int, cp: int, rope: str, overflow: str, workers: int) -> dict:
+def run_energon(
+    workdir: Path, *, capacity: int, cp: int, rope: str, overflow: str, workers: int, keep: list | None = None
+) -> dict:
+    """Pack through Energon; ``keep``: a list that receives every batch (a test feeds them to a model)."""
     alignment = alignment_multiple(cp=cp)
     encoder = MediaChatEncoder(capacity=capacity, alignment=alignment, rope=rope, overflow=overflow)
     ds = get_train_dataset(
@@ -195,6 +215,7 @@ def run_energon(workdir: Path, *, capacity: int, cp: int, rope: str, overflow: s
     start = time.perf_counter()
     samples = packs = real = 0
     counts: dict[str, int] = {}
+    media: dict[str, list] = {}
     for batch in get_loader(ds):
         # What a Megatron forward takes, plus this rank's tokens. No multi-token prediction here (a multimodal
         # model; PackingConfig refuses consumer.multi_token_prediction with Energon packing, since MTP needs
@@ -209,11 +230,17 @@ def run_energon(workdir: Path, *, capacity: int, cp: int, rope: str, overflow: s
         real += int(batch["cu_seqlens"][-1])
         for k, v in batch["packing_counts"].items():
             counts[k] = counts.get(k, 0) + v
+        for k in MEDIA_KEYS:  # media rows per field, summed over the batches, with their trailing shape
+            if k in batch:
+                rows, *rest = batch[k].shape
+                media[k] = [media.get(k, [0])[0] + rows, *rest]
+        if keep is not None:
+            keep.append(batch)
     seconds = time.perf_counter() - start
     return {
         "alignment": alignment, "samples": samples, "packs": packs, "real_tokens": real,
         "utilisation": round(real / (packs * capacity), 4), "samples_per_s": round(samples / seconds, 1),
-        "seconds": round(seconds, 2), "overflow": counts,
+        "seconds": round(seconds, 2), "overflow": counts, "media": media,
         # buffers / samples / packs seen by this process's encoder (the workers' own copies when --workers > 0)
         "encoder_counts": {k: encoder.packing_counts[k] for k in ("buffers", "samples", "packs")} if not workers else None,
     }  # fmt: skip
@@ -242,7 +269,7 @@ def run_offline(workdir: Path, *, capacity: int, cp: int, overflow: str) -> dict
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", choices=("qwen2.5-vl", "omni"), default="qwen2.5-vl")
+    p.add_argument("--recipe", choices=("qwen2.5-vl", "omni", "nemotron-omni"), default="qwen2.5-vl")
     p.add_argument("--samples", type=int, default=48)
     p.add_argument("--long", type=int, default=2, help="over-long samples (first N), to show the overflow counts")
     p.add_argument("--capacity", type=int, default=512)
@@ -253,14 +280,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-offline", action="store_true", help="skip the offline CLI comparison")
     args = p.parse_args(argv)
     make_data(args.workdir, recipe=args.recipe, samples=args.samples, long=args.long)
-    rope = "qwen2_5_omni" if args.recipe == "omni" else "qwen2_5_vl"
+    rope = {"omni": "qwen2_5_omni", "nemotron-omni": "nemotron_h_omni"}.get(args.recipe, "qwen2_5_vl")
     energon = run_energon(args.workdir, capacity=args.capacity, cp=args.cp, rope=rope, overflow=args.overflow,
                           workers=args.workers)  # fmt: skip
     print(f"energon  ({args.recipe}, cp={args.cp}, alignment {energon['alignment']}): {energon['samples']} samples "
           f"-> {energon['packs']} packs, utilisation {energon['utilisation']}, {energon['samples_per_s']} samples/s; "
           f"overflow {energon['overflow']}")  # fmt: skip
     offline = None
-    if not args.no_offline:
+    if not args.no_offline and args.recipe != "nemotron-omni":  # the offline CLI packs Qwen media only
         offline = run_offline(args.workdir, capacity=args.capacity, cp=args.cp, overflow=args.overflow)
         print(f"offline  (packwise pack): {offline['samples']} samples -> {offline['packs']} packs, utilisation "
               f"{offline['utilisation']}, {offline['samples_per_s']} samples/s; overflow {offline['overflow']}")  # fmt: skip

@@ -48,6 +48,8 @@ BATCH_KEYS: dict[str, tuple[Kind, bool]] = {
     "second_per_grid_ts": ("media", False),
     "input_features": ("media", False),
     "feature_attention_mask": ("media", False),
+    "image_grid_hw": ("media", False),  # Nemotron-Omni: (images, 2) patch grid
+    "input_features_mask": ("media", False),  # Nemotron-Omni: (clips, frames) real mel frames
     "metadata": ("metadata", False),
 }
 

@@ -30,11 +30,12 @@ def test_typed_dict_and_registry_name_the_same_keys():
 
 def test_derived_lists_keep_their_values():
     """The lists that used to be written out by hand (collate's NON_TOKEN_KEYS, hf's HF_KEYS, the media keys)
-    are unchanged; PRODUCED (names a per-token column may not take) gained the produced keys it had missed."""
+    are unchanged (media: + Nemotron-Omni's two); PRODUCED (names a per-token column may not take) gained the produced keys it had missed."""
     assert HF_KEYS == ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
                        "max_length_k")  # fmt: skip
     assert MEDIA_KEYS == ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
-                          "second_per_grid_ts", "input_features", "feature_attention_mask")  # fmt: skip
+                          "second_per_grid_ts", "input_features", "feature_attention_mask", "image_grid_hw",
+                          "input_features_mask")  # fmt: skip
     assert {
         "cu_seqlens", "cu_seqlens_padded", "cu_seq_lens_q", "cu_seq_lens_k", "cu_pack_tokens", "num_sequences",
         "max_seqlen", "max_seqlen_padded", "max_length_q", "max_length_k", "total_tokens", "metadata", "layout",

@@ -115,9 +115,11 @@ def test_verify_refusals_name_paths_and_fixes_in_its_own_terms(capsys):
         "Gemma2Config.attn_logit_softcapping=5.0: backend 'sdpa' cannot apply logit softcapping; "
         "use --attn eager or packwise"
     )
-    assert main(["verify", "--model", "lfm2", "--attn", "eager,packwise", "--num-docs", "2", "--no-grads"]) == 3
+    assert main(["verify", "--model", "kimi_linear", "--attn", "eager,packwise", "--num-docs", "2", "--no-grads"]) == 3
     [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("REFUSED")]
-    assert line.startswith("REFUSED packwise/eager (backend dense), packwise/packwise (backend auto): Lfm2ShortConv")
+    assert line.startswith(
+        "REFUSED packwise/eager (backend dense), packwise/packwise (backend auto): KimiLinearDeltaAttention"
+    )
 
 
 def test_verify_table_says_which_rows_compare_gradients_and_help_lists_exit_3(monkeypatch, capsys):

@@ -72,4 +72,6 @@ class PackedBatch(TypedDict, total=False):
     second_per_grid_ts: torch.Tensor
     input_features: torch.Tensor
     feature_attention_mask: torch.Tensor
+    image_grid_hw: torch.Tensor  #: Nemotron-Omni ``(images, 2)``
+    input_features_mask: torch.Tensor  #: Nemotron-Omni ``(clips, frames)``
     metadata: dict[str, list]  #: per-pack lists of per-sequence values (``source_index``, sample keys)

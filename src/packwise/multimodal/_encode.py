@@ -10,11 +10,13 @@ transformers' ``ProcessorMixin.create_mm_token_type_ids``: 0 text, 1 image, 2 vi
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from ..constants import IGNORE_INDEX
 from ._audio import AudioSpec, audio_features, omni_position_ids
-from ._images import VisionSpec, image_grid, mrope_position_ids, process_images_in_memory
+from ._images import VisionSpec, image_grid, mrope_position_ids, process_images_in_memory, qwen3_vl_position_ids
 
 _V_START, _V_PAD, _V_END = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
 
@@ -29,7 +31,7 @@ def encode_media_chat(
     video_fps=None,
     vision: VisionSpec | None = None,
     audio: AudioSpec | None = None,
-    rope: str | None = None,
+    rope: Literal["qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"] | None = None,
     where: str = "sample",
 ) -> dict:
     """Tokenize one chat with its media; every media item is counted against its placeholder tokens.
@@ -37,11 +39,12 @@ def encode_media_chat(
     Returns:
         ``input_ids (L,)`` int64, ``labels (L,)`` int64 (-100 outside assistant turns), ``mm_token_type_ids
         (L,)`` int64, ``position_ids (3, L)`` int64 MRoPE (Qwen2.5-VL's rope index without audio, Qwen2.5-Omni's
-        with audio or ``rope="qwen2_5_omni"``), and when present ``pixel_values (patches, 1176)`` float32,
-        ``image_grid_thw (I, 3)`` int64, ``input_features (A, 128, 3000)`` float32, ``feature_attention_mask
-        (A, 3000)`` int64, ``pixel_values_videos (patches, 1176)`` float32, ``video_grid_thw (V, 3)`` int64 and
-        ``second_per_grid_ts (V,)`` float32 (``temporal_patch_size / fps``; ``video_fps`` one rate per video,
-        default 2.0 frames/s).
+        with audio or ``rope="qwen2_5_omni"``, Qwen3-VL's with ``rope="qwen3_vl"``: patch 16 given by ``vision``,
+        videos as timestamped frames, no ``second_per_grid_ts``), and when present ``pixel_values (patches,
+        1176)`` float32, ``image_grid_thw (I, 3)`` int64, ``input_features (A, 128, 3000)`` float32,
+        ``feature_attention_mask (A, 3000)`` int64, ``pixel_values_videos (patches, 1176)`` float32,
+        ``video_grid_thw (V, 3)`` int64 and ``second_per_grid_ts (V,)`` float32 (``temporal_patch_size / fps``;
+        ``video_fps`` one rate per video, default 2.0 frames/s).
 
     Raises:
         ValueError: more or fewer media parts than ``images`` / ``videos`` / ``audios``, or an unknown part type.
@@ -61,6 +64,10 @@ def encode_media_chat(
     from ..text._chat import _encode_chats
 
     vision, audio = vision or VisionSpec(), audio or AudioSpec()
+    if rope not in (None, "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"):
+        raise ValueError(f"rope={rope!r}; use 'qwen2_5_vl', 'qwen2_5_omni' or 'qwen3_vl'")
+    if rope == "qwen3_vl" and len(audios):
+        raise ValueError(f"{where}: rope='qwen3_vl' takes images and videos, not audio (use rope='qwen2_5_omni')")
 
     from ._video import DEFAULT_FPS, VIDEO_TOKEN_ID, process_video
 
@@ -87,6 +94,9 @@ def encode_media_chat(
                     grids.append(image_grid(images[n_img], vision))
                     parts.append(_V_START + _V_PAD * vision.tokens(grids[-1]) + _V_END)
                     n_img += 1
+                elif kind == "video" and n_vid < len(videos) and rope == "qwen3_vl":
+                    parts.append(_qwen3_video(vids[n_vid][1], len(videos[n_vid]), fps[n_vid], vision))
+                    n_vid += 1
                 elif kind == "video" and n_vid < len(videos):
                     parts.append(_V_START + "<|video_pad|>" * vision.tokens(vids[n_vid][1]) + _V_END)
                     n_vid += 1
@@ -139,9 +149,12 @@ def encode_media_chat(
         secs = torch.tensor([vision.temporal_patch_size / f for f in fps], dtype=torch.float32)
         out["pixel_values_videos"] = torch.cat([pv for pv, _ in vids])
         out["video_grid_thw"], out["second_per_grid_ts"] = vgrid, secs
-    if rope not in (None, "qwen2_5_vl", "qwen2_5_omni"):
-        raise ValueError(f"rope={rope!r}; use 'qwen2_5_vl' or 'qwen2_5_omni'")
-    if audios or rope == "qwen2_5_omni":
+    if rope == "qwen3_vl":
+        out.pop("second_per_grid_ts", None)  # Qwen3-VL reads time from the timestamp text, not from this field
+        out["position_ids"] = qwen3_vl_position_ids(
+            ids, types, grid_t, video_grid_thw=vgrid, spatial_merge_size=vision.merge_size
+        )
+    elif audios or rope == "qwen2_5_omni":
         out["position_ids"] = omni_position_ids(
             ids, image_grid_thw=grid_t if images else None, feature_attention_mask=mask if audios else None,
             video_grid_thw=vgrid, second_per_grid_ts=secs, spatial_merge_size=vision.merge_size,
@@ -151,3 +164,16 @@ def encode_media_chat(
             ids, types, grid_t, spatial_merge_size=vision.merge_size, video_grid_thw=vgrid, second_per_grid_ts=secs
         )
     return out
+
+
+def _qwen3_video(grid, frames: int, fps: float, vision: VisionSpec) -> str:
+    """Qwen3-VL's video text (``Qwen3VLProcessor.replace_video_token``): per temporal patch ``<{t:.1f} seconds>``
+    then ``<|vision_start|>`` + ``h·w/merge²`` ``<|video_pad|>`` + ``<|vision_end|>``; ``t`` is the mean time of
+    the patch's first and last frame (``_calculate_timestamps``; the last patch repeats the last frame)."""
+    tps = vision.temporal_patch_size
+    idx = list(range(frames)) + [frames - 1] * (-frames % tps)
+    per = int(grid[1]) * int(grid[2]) // vision.merge_size**2
+    return "".join(
+        f"<{(idx[i] + idx[i + tps - 1]) / 2 / fps:.1f} seconds>" + _V_START + "<|video_pad|>" * per + _V_END
+        for i in range(0, len(idx), tps)
+    )

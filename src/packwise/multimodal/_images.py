@@ -184,3 +184,32 @@ def _rope_index(spatial_merge_size: int):
 def expected_patches(grid_thw) -> int:
     """Patches of an image: ``t·h·w``."""
     return math.prod(int(x) for x in grid_thw)
+
+
+def qwen3_vl_position_ids(input_ids, mm_token_type_ids, image_grid_thw=None, *, video_grid_thw=None,
+                          spatial_merge_size: int = 2):  # fmt: skip
+    """``(3, L)`` int64 interleaved-MRoPE positions of one Qwen3-VL sample, computed by transformers'
+    ``Qwen3VLModel.get_rope_index`` (videos split per temporal patch: their frames are separated by timestamps).
+
+    Example:
+        >>> import torch
+        >>> ids = torch.tensor([1, 151652, 151655, 151655, 151655, 151655, 151653, 2])
+        >>> qwen3_vl_position_ids(ids, (ids == 151655).long(), torch.tensor([[1, 4, 4]])).tolist()
+        [[0, 1, 2, 2, 2, 2, 4, 5], [0, 1, 2, 2, 3, 3, 4, 5], [0, 1, 2, 3, 2, 3, 4, 5]]
+    """
+    import types
+
+    import torch
+    from transformers import Qwen3VLConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+    holder = types.SimpleNamespace(config=Qwen3VLConfig(vision_config={"spatial_merge_size": spatial_merge_size}))
+    holder.get_vision_position_ids = types.MethodType(Qwen3VLModel.get_vision_position_ids, holder)
+    ids = torch.as_tensor(input_ids).reshape(1, -1)
+    grid = None if image_grid_thw is None or not len(image_grid_thw) else torch.as_tensor(image_grid_thw).reshape(-1, 3)
+    vgrid = (
+        None if video_grid_thw is None or not len(video_grid_thw) else torch.as_tensor(video_grid_thw).reshape(-1, 3)
+    )
+    types_ = torch.as_tensor(mm_token_type_ids).reshape(1, -1).to(torch.int64)
+    pos, _ = Qwen3VLModel.get_rope_index(holder, ids, types_, grid, None if vgrid is None else vgrid.clone())
+    return pos[:, 0].to(torch.int64)

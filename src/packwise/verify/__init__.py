@@ -14,5 +14,6 @@ from ._models import (  # noqa: F401
     load_omni_documents,
     tiny_config,
 )
+from ._nemotron import load_nemotron_omni_documents  # noqa: F401
 
 __all__ = ["check_equivalence", "load_model"]

@@ -69,7 +69,7 @@ class EquivalenceReport:
 
 
 MEDIA = ("pixel_values", "image_grid_thw", "input_features", "feature_attention_mask", "pixel_values_videos",
-         "video_grid_thw", "second_per_grid_ts")  # fmt: skip
+         "video_grid_thw", "second_per_grid_ts", "image_grid_hw", "input_features_mask")  # fmt: skip
 
 
 def _docs(sequences) -> list[dict]:
@@ -81,6 +81,8 @@ def _docs(sequences) -> list[dict]:
             labels = s.get("labels")
             labels = ids.clone() if labels is None else torch.as_tensor(labels, dtype=torch.int64).reshape(-1)
             extra = {k: torch.as_tensor(s[k]) for k in (*MEDIA, "mm_token_type_ids") if s.get(k) is not None}
+            if s.get("position_ids") is not None and torch.as_tensor(s["position_ids"]).dim() == 2:
+                extra["position_ids"] = torch.as_tensor(s["position_ids"])  # the model's own MRoPE (Qwen3-VL)
         else:
             ids = torch.as_tensor(s, dtype=torch.int64).reshape(-1)
             labels = ids.clone()
@@ -89,12 +91,21 @@ def _docs(sequences) -> list[dict]:
         labels = labels.clone()
         labels[0] = IGNORE_INDEX
         docs.append({"input_ids": ids, "labels": labels, **extra})
+    # 1-D position ids given (Nemotron-Omni: no rotary embedding) -> positions from 0, the model takes no
+    # mm_token_type_ids; the media token types stay only to keep media tokens intact in the perturbation check
+    given = [torch.as_tensor(s["position_ids"]) for s in sequences if isinstance(s, dict) and "position_ids" in s]
+    flat = any(p.dim() == 1 for p in given)
+    if flat:
+        for d in docs:
+            d["_media_types"] = d.pop("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
     if any("mm_token_type_ids" in d for d in docs):  # MRoPE positions per document (transformers' own code)
         from ..multimodal import mrope_position_ids
 
         omni = any("input_features" in d for d in docs)  # audio: Qwen2.5-Omni's rope index (h18)
         for d in docs:
             mm = d.setdefault("mm_token_type_ids", torch.zeros_like(d["input_ids"]))
+            if "position_ids" in d:
+                continue
             if omni:
                 from ..multimodal import omni_position_ids
 
@@ -131,7 +142,9 @@ def _alone_batch(d: dict) -> dict:
 
 
 def _packed_batch(docs: list[dict], inputs: Inputs, offset: int = 0) -> dict:
-    batch = PackedDataCollator(position_offset=offset)(docs)
+    batch = PackedDataCollator(position_offset=offset)(
+        [{k: v for k, v in d.items() if k != "_media_types"} for d in docs]
+    )
     media = {k: batch[k] for k in (*MEDIA, "mm_token_type_ids") if k in batch}
     if inputs == "position_ids":
         return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], **media}
@@ -154,6 +167,7 @@ def check_equivalence(
     perturbation: bool = True,
     path: str | None = None,
     position_offset: int | None = None,
+    eval_modules: Sequence[str] = (),
 ) -> EquivalenceReport:
     """Compare every document's logits, the loss and all gradients, packed vs alone.
 
@@ -175,6 +189,8 @@ def check_equivalence(
         check_grads: compare parameter gradients (one backward each way).
         perturbation: change document 0 and require the other documents' logits not to move.
         path: a label for the report.
+        eval_modules: submodule names kept in eval mode when ``train`` is True (BatchNorm layers: packwise
+            refuses them in train mode in a packed row with media, see ``packwise.hf.use_packed_attention``).
         position_offset: first position id of every packed document; None: the model's own
             (:func:`packwise.hf.position_offset`: RoBERTa ``pad_token_id + 1``, else 0).
 
@@ -211,6 +227,8 @@ def check_equivalence(
     was_training = model.training
     model.train(train)
     off: list[str] = []
+    for name in eval_modules:
+        model.get_submodule(name).eval()
     try:
         with no_dropout(model) if train else nullcontext(off) as off:
             result = _compare(model, docs, inputs, use_cache, atol, rtol, check_grads, perturbation)
@@ -298,7 +316,7 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> tuple[float, float
 def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:
     changed = [dict(d) for d in docs]
     ids = changed[0]["input_ids"]
-    text = changed[0].get("mm_token_type_ids", torch.zeros_like(ids)) == 0
+    text = changed[0].get("mm_token_type_ids", changed[0].get("_media_types", torch.zeros_like(ids))) == 0
     vocab = min(int(getattr(model.config, "vocab_size", None) or model.config.get_text_config().vocab_size), 151_000)
     changed[0]["input_ids"] = torch.where(text, (ids * 7 + 13) % vocab, ids)  # text tokens only: images stay intact
     with torch.no_grad():

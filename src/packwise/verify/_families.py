@@ -4,8 +4,9 @@ Every config is 2 layers, hidden 64 (vision tower 32), 4 query / 2 key-value hea
 vocabulary, and turns on the family's attention features: sliding windows of 8 tokens (Mistral; Qwen2 via
 ``use_sliding_window`` + ``max_window_layers``; Gemma-2/3 and gpt-oss interleaved local/global layers),
 Gemma-2 logit softcapping 5.0, gpt-oss attention sinks, RoBERTa's bidirectional attention with
-``position_offset = pad_token_id + 1``. Hybrid families (Bamba, Nemotron-H, Qwen3-Next, Jamba, LFM2)
-carry recurrent/convolutional state and are expected to be REFUSED.
+``position_offset = pad_token_id + 1``. Hybrid families (Mamba/Mamba2 mixers, gated DeltaNet, short
+convolutions, lightning attention) carry recurrent/convolutional state that packwise resets per document;
+Kimi Linear (MLA attention with a value head dim unlike the query's) is expected to be REFUSED.
 """
 
 from __future__ import annotations
@@ -120,6 +121,93 @@ def _lfm2(t, v):
     return t.Lfm2Config(**_base(v), layer_types=["conv", "full_attention"])
 
 
+def _mamba(t, v):
+    return t.MambaConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4)
+
+
+def _mamba2(t, v):
+    return t.Mamba2Config(
+        vocab_size=v, hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, state_size=16, n_groups=1,
+        expand=2, chunk_size=16,
+    )  # fmt: skip
+
+
+def _falcon_mamba(t, v):
+    return t.FalconMambaConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2)
+
+
+_MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_expand=2)
+
+
+def _granitemoehybrid(t, v):
+    return t.GraniteMoeHybridConfig(
+        **_base(v), layer_types=["mamba", "attention"], **_MAMBA2, num_local_experts=2, num_experts_per_tok=1
+    )
+
+
+def _falcon_h1(t, v):
+    return t.FalconH1Config(**_base(v), **_MAMBA2, mamba_d_ssm=None, head_dim=16)
+
+
+def _zamba(t, v):  # three layers: the shared transformer block needs two hybrid layers to tie
+    return t.ZambaConfig(
+        **{**_base(v), "num_hidden_layers": 3}, layer_types=["hybrid", "linear_attention", "hybrid"],
+        mamba_d_state=8, mamba_dt_rank=8, n_mamba_heads=2,
+    )  # fmt: skip
+
+
+def _zamba2(t, v):
+    return t.Zamba2Config(
+        **_base(v), mamba_d_state=16, mamba_headdim=16, n_mamba_heads=8, layers_block_type=["mamba", "hybrid"],
+        num_mem_blocks=1,
+    )  # fmt: skip
+
+
+_DELTA = dict(
+    head_dim=16, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2, linear_num_value_heads=4,
+    linear_key_head_dim=16, linear_value_head_dim=16,
+)  # fmt: skip
+
+
+def _qwen3_5(t, v):
+    return t.Qwen3_5TextConfig(**_base(v), **_DELTA)
+
+
+def _qwen3_5_moe(t, v):
+    return t.Qwen3_5MoeTextConfig(
+        **_base(v), **_DELTA, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+    )  # fmt: skip
+
+
+def _lfm2_moe(t, v):
+    return t.Lfm2MoeConfig(
+        **_base(v), layer_types=["conv", "full_attention"], num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, num_dense_layers=1,
+    )  # fmt: skip
+
+
+def _kimi_linear(t, v):
+    return t.KimiLinearConfig(
+        **{**_base(v), "num_key_value_heads": 4}, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        layer_types=["linear_attention", "full_attention"], linear_head_dim=16, linear_num_heads=4,
+        num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=None, kv_lora_rank=16,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    )  # fmt: skip
+
+
+def _olmo_hybrid(t, v):
+    return t.OlmoHybridConfig(
+        **_base(v), pad_token_id=0, bos_token_id=1, eos_token_id=2, layer_types=["linear_attention", "full_attention"]
+    )
+
+
+def _minimax(t, v):
+    return t.MiniMaxConfig(
+        **_base(v), num_local_experts=2, num_experts_per_tok=1, layer_types=["linear_attention", "full_attention"]
+    )
+
+
 def _qwen2_5_vl(t, v):
     from ._models import tiny_config
 
@@ -146,6 +234,19 @@ FAMILIES: dict[str, tuple[Callable, str]] = {
     "qwen3_next": (_qwen3_next, "causal"),
     "jamba": (_jamba, "causal"),
     "lfm2": (_lfm2, "causal"),
+    "mamba": (_mamba, "causal"),
+    "mamba2": (_mamba2, "causal"),
+    "falcon_mamba": (_falcon_mamba, "causal"),
+    "granitemoehybrid": (_granitemoehybrid, "causal"),
+    "falcon_h1": (_falcon_h1, "causal"),
+    "zamba": (_zamba, "causal"),
+    "zamba2": (_zamba2, "causal"),
+    "qwen3_5": (_qwen3_5, "causal"),
+    "qwen3_5_moe": (_qwen3_5_moe, "causal"),
+    "lfm2_moe": (_lfm2_moe, "causal"),
+    "kimi_linear": (_kimi_linear, "causal"),
+    "olmo_hybrid": (_olmo_hybrid, "causal"),
+    "minimax": (_minimax, "causal"),
 }
 
 

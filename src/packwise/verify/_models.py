@@ -10,11 +10,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 
-TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl", "tiny-qwen2.5-omni")
+from ._nemotron import NEMOTRON_OMNI, tiny_nemotron_omni_model
+
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen2.5-vl", "tiny-qwen3-vl", "tiny-qwen2.5-omni", NEMOTRON_OMNI)
 #: Test images from scikit-image's sample data (shipped with the package, no download).
 SAMPLE_IMAGES = ("astronaut", "coffee", "chelsea")
 
@@ -44,6 +47,18 @@ def tiny_config(kind: str, vocab_size: int, **overrides):
             text_config=text, vision_config=vision, image_token_id=151655, video_token_id=151656,
             vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=True,
         )  # fmt: skip
+    if kind == "tiny-qwen3-vl":  # interleaved MRoPE (sections 2/3/3 of head_dim 16), deepstack on vision layer 0
+        from transformers import Qwen3VLConfig
+
+        rope = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [2, 3, 3], "mrope_interleaved": True}
+        text = {**base, "head_dim": 16, "rope_parameters": rope}
+        text.pop("tie_word_embeddings")
+        vision = dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=base["hidden_size"],
+            patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
+            deepstack_visual_indexes=[0],
+        )  # fmt: skip
+        return Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True)
     raise ValueError(f"unknown tiny model {kind!r}; use one of {', '.join(TINY)}")
 
 
@@ -70,12 +85,14 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
         tok = load_tokenizer("qwen2.5")
         if spec == OMNI:  # text + image + audio (block at the end of this module)
             return tiny_omni_model(len(tok), seed=seed), tok
+        if spec == NEMOTRON_OMNI:  # RADIO vision + Parakeet audio + NemotronH hybrid LM (verify/_nemotron.py)
+            return tiny_nemotron_omni_model(len(tok), seed=seed), tok
         torch.manual_seed(seed)
         config = tiny_config(spec, len(tok), **tiny_overrides)
-        if spec == "tiny-qwen2.5-vl":
-            from transformers import Qwen2_5_VLForConditionalGeneration
+        if spec in ("tiny-qwen2.5-vl", "tiny-qwen3-vl"):  # image-text-to-text: their own auto class
+            from transformers import AutoModelForImageTextToText
 
-            return Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval(), tok
+            return AutoModelForImageTextToText.from_config(config).to(torch.float32).eval(), tok
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         return model.eval(), tok
     if spec == "smollm2":
@@ -90,8 +107,19 @@ def load_model(spec: str, *, seed: int = 0, **tiny_overrides):
     if path.suffix == ".gguf":
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
         return _plain_fp32(model).eval(), load_tokenizer(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
-    return model.eval(), load_tokenizer(str(path))
+    return _from_dir(path).eval(), load_tokenizer(str(path))
+
+
+def _from_dir(path: Path):
+    """A local HF checkpoint with its own auto class: image-text-to-text models (``qwen3_vl``, ``llava``,
+    ``idefics3``, ...: ``AutoModelForImageTextToText``) are not causal LMs to ``AutoModelForCausalLM``."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    vlm = config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
+    return auto.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
 
 
 def _plain_fp32(model):
@@ -146,11 +174,17 @@ def load_documents(
     return [torch.from_numpy(samples.ids[a : a + min(n, max_tokens)]).long() for a, n in spans]
 
 
-def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels: int = 112 * 112) -> list[dict]:
-    """Text-only chitchat documents and image documents (scikit-image sample photos), alternating.
+def load_multimodal_documents(
+    tokenizer, *, num_docs: int, max_tokens: int, max_pixels: int = 112 * 112,
+    rope: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl",
+) -> list[dict]:  # fmt: skip
+    """Text-only chitchat documents and image documents (scikit-image sample photos), alternating; every fourth
+    a video document.
 
     Image documents ask about one photo each; images are sized with ``max_pixels`` (112×112 → 16 image
-    tokens) and carry ``pixel_values``, ``image_grid_thw`` and ``mm_token_type_ids``.
+    tokens with Qwen2.5-VL's 14-px patches, 9 with Qwen3-VL's 16-px ones) and carry ``pixel_values``,
+    ``image_grid_thw`` and ``mm_token_type_ids``. ``rope="qwen3_vl"``: 16-px patches, timestamped video
+    frames and Qwen3-VL's own rope index (``position_ids (3, L)`` kept on every document).
     """
     import tempfile
 
@@ -180,7 +214,7 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
             )
         else:
             rows.append({"messages": convs[i][:4]})
-    spec = VisionSpec(max_pixels=max_pixels, media_root=str(folder))
+    spec = VisionSpec(max_pixels=max_pixels, media_root=str(folder), patch_size=16 if rope == "qwen3_vl" else 14)
     raw = RawInput(name="verify documents", kind="messages", rows=rows)
     s, _ = tokenize_rows(raw, tokenizer, loss_on="assistant", chat_template=None, skip_bad_rows=False, vision=spec)
     docs = []
@@ -192,11 +226,16 @@ def load_multimodal_documents(tokenizer, *, num_docs: int, max_tokens: int, max_
             doc["pixel_values"], doc["image_grid_thw"] = process_images([p for p, _ in s.media[i]], spec)
         elif b - a > max_tokens:
             doc = {k: v[:max_tokens] for k, v in doc.items()}
+        if rope == "qwen3_vl":  # the pipeline's positions are Qwen2.5-VL's: Qwen3-VL's own rope index instead
+            from ..multimodal import qwen3_vl_position_ids
+
+            doc["position_ids"] = qwen3_vl_position_ids(doc["input_ids"], doc["mm_token_type_ids"],
+                                                        doc.get("image_grid_thw"))  # fmt: skip
         docs.append(doc)
-    return _with_videos(docs, tokenizer, spec)
+    return _with_videos(docs, tokenizer, spec, rope)
 
 
-def _with_videos(docs: list[dict], tokenizer, spec) -> list[dict]:
+def _with_videos(docs: list[dict], tokenizer, spec, rope: str = "qwen2_5_vl") -> list[dict]:
     """Every fourth document becomes a video document (h18): 4 frames of seeded noise at 2 fps (56×56 → grid
     (2, 4, 4), 8 ``<|video_pad|>`` tokens), built by :func:`packwise.multimodal.encode_media_chat`."""
     from PIL import Image
@@ -208,8 +247,8 @@ def _with_videos(docs: list[dict], tokenizer, spec) -> list[dict]:
         frames = [Image.fromarray(rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)) for _ in range(4)]
         chat = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": f"What moves in clip {i}?"}]},
                 {"role": "assistant", "content": "Noise."}]  # fmt: skip
-        doc = encode_media_chat(chat, tokenizer, videos=[frames], vision=spec)
-        docs[i] = {k: v for k, v in doc.items() if k != "position_ids"}
+        doc = encode_media_chat(chat, tokenizer, videos=[frames], vision=spec, rope=rope)
+        docs[i] = {k: v for k, v in doc.items() if k != "position_ids" or rope == "qwen3_vl"}
     return docs
 
 

@@ -20,12 +20,23 @@ import torch
 
 from ...constants import IGNORE_INDEX
 
-#: Per-item media fields per kind: (grid field or None, per-row fields sliced by patches, per-item fields).
+#: Per-item media fields per kind: (grid field names — the first present is used —, per-row fields sliced by
+#: patches, per-item fields). Nemotron-Omni: ``image_grid_hw (I, 2)`` and ``input_features_mask (A, frames)``.
 MEDIA_BY_KIND = {
-    "image": ("image_grid_thw", ("pixel_values",), ()),
-    "video": ("video_grid_thw", ("pixel_values_videos",), ("second_per_grid_ts",)),
-    "audio": (None, (), ("input_features", "feature_attention_mask")),
+    "image": (("image_grid_thw", "image_grid_hw"), ("pixel_values",), ()),
+    "video": (("video_grid_thw",), ("pixel_values_videos",), ("second_per_grid_ts",)),
+    "audio": ((), (), ("input_features", "feature_attention_mask", "input_features_mask")),
 }
+
+
+def _grid(fields: Mapping, kind: str):
+    """``(name, (items, 2|3) grid)`` of ``kind`` in ``fields``: the first grid field present (else the first
+    name and None); ``(None, None)`` for kinds without a grid."""
+    names = MEDIA_BY_KIND[kind][0]
+    found = [(n, fields[n]) for n in names if fields.get(n) is not None]
+    return found[0] if found else (names[0] if names else None, None)
+
+
 COUNT_FIELDS = (
     "samples_truncated", "tokens_truncated", "loss_tokens_truncated", "samples_split", "pieces_added",
     "samples_dropped", "tokens_dropped", "loss_tokens_dropped", "media_dropped", "loss_tokens_masked_at_boundary",
@@ -66,14 +77,15 @@ def check_media(
 ) -> None:
     """Raise ``ValueError`` when the media items disagree with the placeholder runs: their count, or (with
     ``media_tokens``) the placeholder tokens of each image/video, ``t·h·w / merge²``."""
-    for kind, (grid_name, _, item_fields) in MEDIA_BY_KIND.items():
+    for kind, (_, _, item_fields) in MEDIA_BY_KIND.items():
         runs = [s for s in spans if s[2] == kind]
+        grid_name, grid = _grid(fields, kind)
         if grid_name is not None:
-            grid = fields.get(grid_name)
             items = 0 if grid is None else int(grid.shape[0])
             if media_tokens is not None and grid is not None and items == len(runs):
                 ids = fields["input_ids"]
-                for k, ((s, e, _), g) in enumerate(zip(runs, torch.as_tensor(grid).reshape(-1, 3).tolist())):
+                g_all = torch.as_tensor(grid).reshape(items, -1).tolist()
+                for k, ((s, e, _), g) in enumerate(zip(runs, g_all)):
                     got, need = int((ids[s:e] == media_tokens[kind]).sum()), int(np.prod(g)) // merge_size**2
                     if got != need:
                         raise ValueError(
@@ -92,11 +104,10 @@ def check_media(
 
 
 def _item_rows(fields: Mapping, kind: str) -> list[int]:
-    grid_name = MEDIA_BY_KIND[kind][0]
-    grid = fields.get(grid_name) if grid_name else None
+    _, grid = _grid(fields, kind)
     if grid is None:
         return []
-    return [int(np.prod(g)) for g in torch.as_tensor(grid).reshape(-1, 3).tolist()]
+    return [int(np.prod(g)) for g in torch.as_tensor(grid).reshape(int(grid.shape[0]), -1).tolist()]
 
 
 def slice_sample(fields: Mapping, start: int, end: int, spans: list, token_names: Sequence[str]) -> tuple[dict, int]:
@@ -108,10 +119,11 @@ def slice_sample(fields: Mapping, start: int, end: int, spans: list, token_names
         if value is not None:
             out[name] = value[..., start:end] if name == "position_ids" else value[start:end]
     dropped = 0
-    for kind, (grid_name, row_fields, item_fields) in MEDIA_BY_KIND.items():
+    for kind, (_, row_fields, item_fields) in MEDIA_BY_KIND.items():
         runs = [s for s in spans if s[2] == kind]
         if not runs:
             continue
+        grid_name, _ = _grid(fields, kind)
         keep = [k for k, (s, e, _) in enumerate(runs) if start <= s and e <= end]
         dropped += len(runs) - len(keep)
         if not keep:

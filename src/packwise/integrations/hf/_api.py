@@ -39,10 +39,12 @@ from ._guard import (
     _check_boundaries,
     _check_switched,
     _family,
+    check_batch_norm,
     check_model,
     position_offset,
 )
 from ._mask import check_mask_only_features
+from ._mixers import patch_mixers, row_scope
 from ._router import without_padding
 
 __all__ = [
@@ -285,20 +287,26 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     (qwen2_moe) and refused otherwise (phimoe, doge, blt), whatever ``allow`` says (``hf/_mask.py``). The
     collator's ``padding_mask`` reaches an MoE model's load-balancing loss as ``attention_mask``, so a
     padded batch's aux loss is the tight pack's.
-    Returns the model (switched in place).
+    Hybrid models: every stateful mixer packwise knows (Mamba, Mamba2, gated DeltaNet, short convolution,
+    lightning attention: :mod:`packwise.integrations.hf._mixers`) runs once per document of a packed row, so
+    its state restarts at every boundary; the same holds when an inner base model (``model.model(...)``)
+    is called directly, and under gradient checkpointing. Returns the model (switched in place).
 
     Args:
         backend: varlen backend (see :mod:`packwise.attention`); ``auto`` picks one that honours the
             model's features.
         allow: module class names to accept in a model family packwise has not verified — only after
-            ``packwise verify --model PATH`` printed ISOLATED for it. Stateful mixers are refused anyway.
+            ``packwise verify --model PATH`` printed ISOLATED for it. Stateful mixers are refused anyway,
+            except the Mamba/Mamba2/gated-DeltaNet/short-conv/lightning classes packwise runs per document.
 
     Raises:
-        PackingRefused: (a ``ValueError``) a stateful mixer (Mamba, gated DeltaNet, short conv: named with
+        PackingRefused: (a ``ValueError``) a stateful mixer packwise cannot run per document (named with
             the model type), an unverified module class (named, with the ``allow`` opt-in), a config
             feature the backend cannot honour (field and value), or a sliding window only HF's mask applies.
         ValueError: an unknown backend, or a model that cannot switch attention implementation (checked on
             ``config._attn_implementation`` and every sub-config afterwards: Falcon only logs a warning).
+        ValueError (at forward time): a packed row with media while a BatchNorm layer trains (Parakeet's audio
+            tower in Nemotron-Omni): its batch statistics span every document; put that layer in eval mode.
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -321,7 +329,10 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     for module in model.modules():
         if _family(type(module)) in ENCODERS and getattr(module, "is_causal", None) is False:
             module._packwise_bidirectional = True  # an encoder's self-attention: per document, both directions
-    _wrap_forward(model)
+    patch_mixers(model)  # stateful mixers run per document inside the row scope the wrapped forwards enter
+    for module in model.modules():  # every PreTrainedModel a user can call: the inner base model too
+        if module is model or (hasattr(module, "config") and hasattr(module, "base_model_prefix")):
+            _wrap_forward(module)
     return model
 
 
@@ -330,6 +341,7 @@ def _wrap_forward(model) -> None:
     if getattr(getattr(model.forward, "__func__", None), "_packwise", False):
         return
     offset = position_offset(model)
+    norms = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
     def forward(self, *args, seq_lengths=None, **kwargs):
         if seq_lengths is not None:
@@ -340,7 +352,9 @@ def _wrap_forward(model) -> None:
         if str(getattr(self.config, "_attn_implementation", "")).startswith("packwise"):
             _check_boundaries(kwargs, offset)
         kwargs = without_padding(self, kwargs, kwargs.pop("padding_mask", None))
-        return type(self).forward(self, *args, **kwargs)
+        check_batch_norm(norms, kwargs, MEDIA_KEYS)
+        with row_scope(kwargs.get("cu_seq_lens_q")):
+            return type(self).forward(self, *args, **kwargs)
 
     params = list(inspect.signature(type(model).forward).parameters.values())
     extra = inspect.Parameter("seq_lengths", inspect.Parameter.KEYWORD_ONLY, default=None)

@@ -5,9 +5,9 @@ Checked, never assumed. A module is accepted when its class comes from a transfo
 position-wise name (``...MLP``, ``...Norm``, ``...Embedding``, ``Linear``, ...) or a container's
 (``...Model``, ``...ForCausalLM``: PEFT wrappers; their children are checked one by one), or is named in ``allow``.
 Layers that carry state along the sequence — Mamba/Mamba2 mixers, gated DeltaNet, Delta and Lightning
-(linear) attention, RWKV, short convolutions — are refused by name whatever ``allow`` says: on
-transformers' CPU/torch path their recurrence runs over the whole packed row (no ``seq_idx``/``cu_seqlens``
-reset), so one document's state flows into the next.
+(linear) attention, RWKV, short convolutions — are refused by name whatever ``allow`` says (on
+transformers' CPU/torch path their recurrence runs over the whole packed row, so one document's state flows
+into the next), unless ``_mixers.MIXERS`` runs that exact class per document; its families count as verified.
 Heads that pool one prediction per row (``...ForSequenceClassification``, ``...ForQuestionAnswering``,
 ``...ForMultipleChoice``, ``...ForNextSentencePrediction``, ``...ClassificationHead``) are refused too.
 The patched forward's boundary checks (:func:`_check_boundaries`) and the post-switch check
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ...attention import FEATURES, Backend
+from ._mixers import stateful_verdict, vouched
 
 #: transformers model folders (``transformers.models.<name>``) whose every layer packwise has proved isolated.
 VERIFIED_FAMILIES = frozenset(
@@ -29,6 +30,10 @@ VERIFIED_FAMILIES = frozenset(
         "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma2", "gemma3", "phi3", "gpt_oss", "olmo2",
         "roberta", "bert", "qwen2_5_vl",
         "qwen2_5_omni",  # the thinker: ISOLATED with text, image and audio documents (tests/multimodal/test_audio.py)
+        # Nemotron-Omni: the wrapper, its RADIO vision and Parakeet audio encoders (each image/clip encoded on its own);
+        # the NemotronH LM's mixers run per document (_mixers.py). ISOLATED: tests/multimodal/test_nemotron_omni.py
+        "nemotron_h_omni", "radio", "parakeet",
+        "qwen3_vl",  # interleaved MRoPE, deepstack: ISOLATED with image and video documents (test_qwen3_vl.py)
     }
 )  # fmt: skip
 #: Encoder families (bidirectional attention, per document) and their first position id.
@@ -60,10 +65,10 @@ class PackingRefused(ValueError):
         >>> from packwise.hf import PackingRefused, use_packed_attention
         >>> from packwise.verify import family_model
         >>> try:
-        ...     use_packed_attention(family_model("lfm2", 64))  # a convolutional mixer carries state
+        ...     use_packed_attention(family_model("kimi_linear", 64))  # a delta-attention mixer carries state
         ... except PackingRefused as e:
         ...     print(e.reason)
-        Lfm2ShortConv in model type 'lfm2' carries state along the sequence ... train it unpacked, ...
+        KimiLinearDeltaAttention in model type 'kimi_linear' carries state along the sequence ... train it unpacked, ...
     """
 
     def __init__(self, reason: str, *, problem: str | None = None, backends: tuple[str, ...] = ()) -> None:
@@ -104,14 +109,17 @@ def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
                 "packwise refuses this head: train it unpacked (padded batches), or use a per-token head "
                 "(...ForCausalLM, ...ForTokenClassification, ...ForMaskedLM)"
             )
-        if family and _STATEFUL.search(name):
+        verdict = stateful_verdict(cls, family, named=bool(family and _STATEFUL.search(name)))
+        if verdict is not None:
             raise PackingRefused(
                 f"{name} in model type {model_type!r} carries state along the sequence (a recurrent/convolutional "
-                "mixer); transformers' torch path runs it over the whole packed row without resetting at document "
-                "boundaries, so packed documents would leak into each other. packwise refuses this model: train it "
-                "unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
+                f"mixer: {verdict}); transformers' torch path runs it over the whole packed row without resetting at "
+                "document boundaries, so packed documents would leak into each other. packwise refuses this model: "
+                "train it unpacked, or with a kernel that takes seq_idx/cu_seqlens and prove it with packwise verify"
             )
-        if family in VERIFIED_FAMILIES or cls.__module__.startswith(("torch.", "transformers.activations")):
+        if family in VERIFIED_FAMILIES or vouched(cls, family):
+            continue
+        if cls.__module__.startswith(("torch.", "transformers.activations")):
             continue
         if name in allow or _POSITIONWISE.search(name):
             continue
@@ -194,6 +202,24 @@ def _check_switched(model, name: str) -> None:
             "refuses this model: train it unpacked (padded batches), or use a model family whose attention "
             "dispatches through AttentionInterface"
         )
+
+
+def check_batch_norm(norms: list, kwargs: dict, media_keys) -> None:
+    """Refuse a packed row with media while a BatchNorm layer of the model trains (Parakeet's conformer
+    convolution module in Nemotron-Omni's audio tower): train-mode batch statistics span every clip/image of
+    the row's documents, padding frames included, so one document's media move another's features (measured on
+    tiny-nemotron-h-omni: max |Δlogit| 0.13 on the audio documents; 0 with the BatchNorm in eval mode)."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None or cu.numel() <= 2 or not any(kwargs.get(k) is not None for k in media_keys):
+        return
+    for name, module in norms:
+        if module.training:
+            raise ValueError(
+                f"{name} ({type(module).__name__}) is in train mode in a packed row of {cu.numel() - 1} segments with "
+                "media: BatchNorm normalises with statistics over the whole batch, so the documents' clips/images "
+                f"would leak into each other. Put it in eval mode (model.{name}.eval(): running statistics, e.g. a "
+                "frozen encoder) after model.train(), or train this model unpacked"
+            )
 
 
 def _check_boundaries(kwargs: dict, offset: int) -> None:
