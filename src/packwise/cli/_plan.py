@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.measure import Measurement
 
+from ..plan import ALGORITHMS, ALIASES
 from ._console import out
 
 EXAMPLES = """
@@ -36,7 +37,12 @@ def plan(
         Path | None, typer.Option("--from", help="A `packwise pack` output directory: plan its seq_lengths.")
     ] = None,
     capacity: Annotated[str, typer.Option(help="Comma list of capacities (tokens per pack).")] = "2048,4096,8192",
-    algorithm: Annotated[str, typer.Option(help="all | comma list of algorithms or aliases (bfd, ffd, ...).")] = "all",
+    algorithm: Annotated[
+        str,
+        typer.Option(
+            help=f"all | comma list of algorithms ({', '.join(ALGORITHMS)}) or aliases ({', '.join(ALIASES)})."
+        ),
+    ] = "all",
     seed: Annotated[int | None, typer.Option(help="Seed of first_fit_shuffle (default 0).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")] = False,
     histogram: Annotated[

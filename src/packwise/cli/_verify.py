@@ -29,8 +29,11 @@ def verify(
     ] = "tiny-llama",
     attn: Annotated[
         str,
-        typer.Option(help="Comma list of packwise paths: eager (backend dense), sdpa, flex, packwise (backend auto)"),
-    ] = "eager,sdpa,flex,packwise",
+        typer.Option(
+            help="Comma list of packwise paths: "
+            + ", ".join(p if p == b else f"{p} (backend {b})" for p, b in ATTN_PATHS.items())
+        ),
+    ] = ",".join(ATTN_PATHS),
     data: Annotated[str, typer.Option(help="chitchat | a JSONL file (messages or input_ids)")] = "chitchat",
     num_docs: Annotated[int, typer.Option(help="Documents packed into one row (2-64).")] = 3,
     max_tokens: Annotated[int, typer.Option(help="Truncate each document to this many tokens.")] = 128,
