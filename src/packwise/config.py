@@ -64,7 +64,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._build import ConfigBuilders
 from ._config_files import _config_error, _merge, read_config_file
@@ -336,8 +336,6 @@ class PackingConfig(ConfigBuilders, _Frozen):
         """
         p = Path(path)
         data = read_config_file(p)
-        from pydantic import ValidationError
-
         try:
             return cls(**_merge(data, overrides))
         except ValidationError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -263,8 +264,6 @@ CONFIG_FLAGS = (
 
 def _tokenizer_threads(n: int) -> None:
     """Size the tokenizer's thread pool (Rayon reads ``RAYON_NUM_THREADS`` when it first starts)."""
-    import os
-
     limit = max(64, 4 * (os.cpu_count() or 1))
     if not 1 <= n <= limit:  # thousands of threads only thrash (a break tester's 100000 never finished)
         raise ValueError(

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from inspect import cleandoc
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.measure import Measurement
 
-from ..plan import ALGORITHMS, ALIASES
+from ..plan import ALGORITHMS, ALIASES, HISTOGRAM_ALGORITHMS, plan_histogram
 from ._console import out
 
 EXAMPLES = """
@@ -88,8 +90,6 @@ def plan(
 
 def read_counts(path: Path):
     """``counts[length]`` as int64 from ``.npy`` (a 1-D count array) or text lines ``length count``."""
-    import numpy as np
-
     if not path.is_file():
         raise ValueError(f"LENGTHS file {path} does not exist; with --histogram pass a .npy or .txt of counts")
     if path.suffix.lower() == ".npy":
@@ -127,11 +127,6 @@ BALANCED_LIMIT = 100_000_000
 
 def compare_histogram(counts, *, capacities: list[int], algorithms) -> dict:
     """``compare_plans``' result shape, planned with ``plan_histogram`` (counts over a capacity clipped to it)."""
-    import time
-
-    import numpy as np
-
-    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram
 
     names = list(HISTOGRAM_ALGORITHMS) if algorithms == "all" else algorithms
     skipped = []
