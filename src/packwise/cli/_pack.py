@@ -142,20 +142,20 @@ def pack(
                    ray_address=ray_address, num_cpus=num_cpus, runtime_env=runtime_env)  # fmt: skip
     env = _runtime_env(runtime_env)
     cfg = _packing_config(ctx, config)
-    remote_out = _is_uri(output)
     dest = _destination(input_path, output, overwrite=overwrite)  # before the work: a refused input leaves nothing
-    with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work
-        for note in [] if remote_out else dest.notes:
+    with dest if dest is not None else nullcontext(), progress_bars(quiet or json_out) as progress:
+        for note in dest.notes if dest is not None else []:  # locked and checked before the work
             err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if engine == "ray":
-            report = _pack_on_ray(input_path, output if remote_out else dest, cfg, input_format=input_format,
+            report = _pack_on_ray(input_path, output if dest is None else dest, cfg, input_format=input_format,
                                   packs_per_shard=packs_per_shard, overwrite=overwrite, num_cpus=num_cpus,
                                   ray_address=ray_address, runtime_env=env)  # fmt: skip
         else:
+            assert dest is not None, "step 1 refuses a URI -o without --engine ray"
             report = _pack_here(input_path, dest, cfg, input_format=input_format, packs_per_shard=packs_per_shard,
                                 overwrite=overwrite, progress=progress)  # fmt: skip
         report_files = _report_files(dest, output, report, write=write_report_files, progress=progress)
-        if not remote_out:
+        if dest is not None:
             dest.commit()
     _print_result(report, output, report_files, json_out=json_out, quiet=quiet)
 
@@ -191,14 +191,14 @@ def _packing_config(ctx: typer.Context, config: Path | None) -> PackingConfig:
     return PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
 
 
-def _destination(input_path: str | None, output: str, *, overwrite: bool) -> OutputDir | nullcontext:
-    """Step 3: the locked output directory (a URI prefix: pack_ray checks it is empty and commits it marker-last,
-    integrations/ray). The input is checked first: a refused input leaves no output behind."""
+def _destination(input_path: str | None, output: str, *, overwrite: bool) -> OutputDir | None:
+    """Step 3: the locked output directory (None for a URI prefix: pack_ray checks it is empty and commits it
+    marker-last, integrations/ray). The input is checked first: a refused input leaves no output behind."""
     remote_in = _is_uri(input_path)
     if input_path is not None and not remote_in:
         check_input_path(input_path)
     if _is_uri(output):
-        return nullcontext()
+        return None
     inputs = () if input_path is None or remote_in else (input_path,)
     return OutputDir(output, overwrite=overwrite, inputs=inputs)
 
@@ -222,12 +222,12 @@ def _pack_on_ray(
     return pack_ray(data, dest, **cfg.pipeline_kwargs(), format=input_format, **ray_options)
 
 
-def _report_files(dest, output: str, report: PackReport, *, write: bool, progress) -> list[Path]:
+def _report_files(dest: OutputDir | None, output: str, report: PackReport, *, write: bool, progress) -> list[Path]:
     """Step 5: report.json, report.md and the plots in the staging directory; their final paths."""
-    if write and _is_uri(output):
+    if write and dest is None:
         err.print(f"[yellow]note:[/] report files are written to a local -o only; {escape(output)}/metadata.json "
                   "holds the report", highlight=False, soft_wrap=True)  # fmt: skip
-    if not write or _is_uri(output):
+    if not write or dest is None:
         return []
     t = time.perf_counter()
     advance = progress("report", 1) if progress else None  # plots take a second or more

@@ -6,7 +6,7 @@ import json
 import time
 from inspect import cleandoc
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -15,6 +15,9 @@ from rich.measure import Measurement
 
 from ..plan import ALGORITHMS, ALIASES, HISTOGRAM_ALGORITHMS, plan_histogram
 from ._console import out
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 EXAMPLES = """
 Examples:
@@ -170,10 +173,11 @@ def plan_table(source: str, result: dict):
         title=f"packwise plan — {source}: {result['sequences']:,} sequences, {result['tokens']:,} tokens",
         title_justify="left",
     )
-    for col, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("capacity", "right"), ("algorithm", "left"), ("packs", "right"), ("lower bound L1", "right"),
         ("utilisation", "right"), ("excess over L1", "right"), ("time ms", "right"),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for col, justify in columns:
         t.add_column(col, justify=justify, no_wrap=True)
     for c in result["capacities"]:
         rows = [r for r in result["rows"] if r["capacity"] == c]

@@ -125,7 +125,9 @@ def classify(out: Path, names) -> tuple[list[str], list[str], list[str]]:
     those it recorded but that were changed since, and the rest (not recorded, or not a name packwise writes).
     An output without a manifest (older packwise) owns only what :func:`._owned._legacy_files` trusts."""
     manifest = read_manifest(out)
-    owned, changed, other = [], [], []
+    owned: list[str] = []
+    changed: list[str] = []
+    other: list[str] = []
     if manifest is None:
         legacy = set(_legacy_files(out) or [])
         for n in names:

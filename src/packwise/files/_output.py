@@ -121,6 +121,8 @@ class OutputDir:
 
     def _lock_is_ours(self) -> bool:
         """The lock file at ``out`` is still the one this run holds (False: ``out`` was removed or replaced)."""
+        if self._fd is None:
+            return False
         try:
             return os.stat(self.path / LOCK).st_ino == os.fstat(self._fd).st_ino
         except FileNotFoundError:

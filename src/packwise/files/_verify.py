@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,7 @@ def check_rows(table: pa.Table, where) -> None:
         col = table.column(name).combine_chunks()
         return pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
 
-    def bad(name: str, mask: np.ndarray, what: str) -> None:
+    def bad(name: str, mask: np.ndarray, what: str | Callable[[int], str]) -> None:
         if mask.any():
             row = int(np.flatnonzero(mask)[0])
             raise ValueError(

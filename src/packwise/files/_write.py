@@ -249,7 +249,7 @@ def load_packed(path, *, verify_checksums: bool = True) -> pa.Table:
     """
     meta = read_metadata(path)
     need = {"input_ids"} | ({"labels", "seq_lengths", "source_index"} if "tokens_packed" in meta else set())
-    tables = []
+    tables: list[pa.Table] = []
     for f, shard in zip(
         packed_files(path), shard_records(path, meta["shards"]) if verify_checksums else meta["shards"]
     ):

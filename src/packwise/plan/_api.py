@@ -247,7 +247,7 @@ def plan_packs(
     if name == "next_fit":
         order, offsets = plan_next_fit(costs, capacity, m)
     elif name == "first_fit_shuffle":
-        order, offsets = plan_first_fit_shuffle(costs, capacity, m, used_seed)
+        order, offsets = plan_first_fit_shuffle(costs, capacity, m, used_seed or 0)  # an int for ffs (RANDOMIZED)
     elif name == "best_fit_decreasing" and costs.shape[0] <= ITEM_PATH_MAX:  # same plan, less fixed cost
         order, offsets = plan_bfd_items(costs, capacity, m)
     else:
