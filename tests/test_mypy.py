@@ -37,8 +37,8 @@ def test_mypy_error_count_at_most_the_ratchet():
     errors = [m.group("path") for m in _ERROR.finditer(run.stdout)]
     by_folder = Counter(p.split("/")[0] for p in errors)
     summary = ", ".join(f"{k} {v}" for k, v in by_folder.most_common())
-    assert len(errors) <= MAX_ERRORS, f"mypy: {len(errors)} errors > the ratchet {MAX_ERRORS} ({summary}):\n" + (
-        run.stdout[-4000:]
+    assert len(errors) <= MAX_ERRORS, (
+        f"mypy: {len(errors)} errors > the ratchet {MAX_ERRORS} ({summary}):\n" + (run.stdout[-4000:])
     )
     dirty = {k: v for k, v in by_folder.items() if k in CLEAN}
     assert not dirty, f"mypy errors in folders that had none: {dirty}\n" + run.stdout[-4000:]
