@@ -61,6 +61,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -311,7 +312,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 "rebuilds positions from cu_seqlens; an HF model counts positions over the whole pack"
             )
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> PackingConfig:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> PackingConfig:
         """A copy with ``update`` applied, validated like a new config (pydantic's ``model_copy`` skips every
         rule; nested sections may be given as dicts, merged into the current ones).
 

@@ -111,7 +111,7 @@ def check_rows(table: pa.Table, where) -> None:
         ):
             continue
         m = lengths(name)
-        bad(name, m != n, lambda r, m=m: f"has {m[r]} entries but input_ids has {n[r]}")
+        bad(name, m != n, lambda r: f"has {m[r]} entries but input_ids has {n[r]}")  # noqa: B023 (called at once)
     if "seq_lengths" not in table.column_names:
         return
     col = table.column("seq_lengths").combine_chunks()
