@@ -107,8 +107,8 @@ def encode_media_chat(
             f"{len(videos)} videos, {len(audios)} clips"
         )
     check_chats([messages], special_token_pattern(tokenizer), lambda i: where)  # the user's text, not ours
-    [(ids, loss)] = _encode_chats([out_msgs], tokenizer)  # media expanded into special tokens by us: unchecked
-    ids = torch.from_numpy(ids.astype(np.int64))
+    [(token_ids, loss)] = _encode_chats([out_msgs], tokenizer)  # media expanded into special tokens by us: unchecked
+    ids = torch.from_numpy(token_ids.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == vision.image_token_id] = 1
     types[ids == VIDEO_TOKEN_ID] = 2
