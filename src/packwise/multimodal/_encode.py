@@ -10,6 +10,8 @@ transformers' ``ProcessorMixin.create_mm_token_type_ids``: 0 text, 1 image, 2 vi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..constants import IGNORE_INDEX
@@ -123,7 +125,7 @@ def encode_media_chat(
             f"{where}: {int((types == 1).sum())} image / {int((types == 3).sum())} audio placeholder tokens but the "
             f"media need {need_img} / {need_aud}; remove literal placeholder tokens from the text"
         )
-    out = {
+    out: dict[str, Any] = {  # tensors, and None where a model input is absent
         "input_ids": ids,
         "labels": torch.where(torch.from_numpy(loss), ids, IGNORE_INDEX),
         "mm_token_type_ids": types,
