@@ -189,8 +189,8 @@ def varlen_attention(
         raise ValueError(f"sinks must be ({q.shape[1]},) — one logit per query head — got {tuple(sinks.shape)}")
     backend = resolve_backend(backend, q.device, q.dtype, softcap=softcap is not None, sinks=sinks is not None)
     features: tuple[tuple[str, object], ...] = (("window", window), ("softcap", softcap), ("sinks", sinks))
-    for feature, value in features:
-        if value is not None and backend not in FEATURES[feature]:
+    for feature, setting in features:
+        if setting is not None and backend not in FEATURES[feature]:
             raise ValueError(
                 f"attention backend {backend!r} cannot honour {feature}; use one of {', '.join(FEATURES[feature])}"
             )
