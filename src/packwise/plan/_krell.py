@@ -27,13 +27,12 @@ lpfhp: 185,640 (+0.0022 %), N = 10 M: 1,852,744, chitchat 776 = L1.
 from __future__ import annotations
 
 from ._engine import HistogramBuilder
-from ._finalize import Chains
 from ._fit_decreasing import place_decreasing
 
 
-def place_spfhp(builder: HistogramBuilder, *, max_seqs: int) -> list | Chains:
+def place_spfhp(builder: HistogramBuilder, *, max_seqs: int) -> list:
     return place_decreasing(builder, max_seqs=max_seqs, policy="worst_lifo_one")
 
 
-def place_lpfhp(builder: HistogramBuilder, *, max_seqs: int) -> list | Chains:
+def place_lpfhp(builder: HistogramBuilder, *, max_seqs: int) -> list:
     return place_decreasing(builder, max_seqs=max_seqs, policy="best_lifo")
