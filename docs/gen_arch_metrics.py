@@ -3,15 +3,17 @@
 Prints, for ``src/packwise``:
 
 - ``lines``: lines of Python source (all ``.py`` files, blank and comment lines included);
-- ``module_cycles``: import cycles among packwise modules over *module-level* imports (what Python runs at import
-  time; imports inside functions and under ``if TYPE_CHECKING:`` are left out) — strongly connected components
-  of more than one module;
+- ``module_cycles``: import cycles among packwise modules over every import that runs, those inside functions
+  included (an import moved into a function to dodge a cycle is still the cycle; only ``if TYPE_CHECKING:``
+  imports, which never run, are left out) — strongly connected components of more than one module;
 - ``unit_cycles``: cycles among units (a unit is the first component under ``packwise``: ``plan``, ``io``,
   ``config``, ``_build`` …) over *all* imports, lazy ones included: a lazy import still is a dependency;
 - ``private_reach_ins``: imports, lazy ones included, of a private module or name of another unit
   (``packwise.files._read`` or ``from packwise.plan import _x`` from outside ``io`` / ``plan``);
 - ``upward_imports``: imports, lazy ones included, from a unit to a unit its layer may not depend on
   (:data:`ALLOWED`, the "depends on" column of ``docs/architecture.md``);
+- ``lazy_third_party``: the packages other than packwise and the standard library imported inside a function
+  (optional or heavy dependencies imported on first use: transformers, ray, av, matplotlib ...);
 - ``public_names``: the union of the facades' ``__all__`` (every public module: no ``_`` in its dotted path,
   ``cli`` left out), counted once per object;
 - ``doctested``: public names whose own docstring has a ``>>>`` example that runs (constants and type aliases
@@ -78,6 +80,7 @@ class Edge:
     lazy: bool  # inside a function or under ``if TYPE_CHECKING:``
     private: bool  # a private module or name of a package the importer is not inside (a reach-in)
     name: str = ""  # the imported name when ``dst`` is not the module imported (``from dst import name``)
+    type_only: bool = False  # under ``if TYPE_CHECKING:``: never runs
 
 
 def unit(module: str) -> str:
@@ -132,15 +135,16 @@ def import_edges(src: Path = SRC) -> list[Edge]:
         is_pkg = path.name == "__init__.py"
         tree = ast.parse(path.read_text(), str(path))
 
-        def visit(node: ast.AST, lazy: bool, name=name, is_pkg=is_pkg) -> None:
+        def visit(node: ast.AST, lazy: bool, typed: bool = False, name=name, is_pkg=is_pkg) -> None:
             for child in ast.iter_child_nodes(node):
                 child_lazy = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                child_typed = typed
                 if isinstance(child, ast.If) and _type_checking(child):
-                    child_lazy = True
+                    child_lazy = child_typed = True
                 if isinstance(child, ast.Import):
                     for a in child.names:
                         if a.name == PACKAGE or a.name.startswith(PACKAGE + "."):
-                            edges.append(Edge(name, a.name, child.lineno, lazy, _reach_in(name, a.name)))
+                            edges.append(Edge(name, a.name, child.lineno, lazy, _reach_in(name, a.name), "", typed))
                 elif isinstance(child, ast.ImportFrom):
                     if child.level:
                         base = name.split(".") if is_pkg else name.split(".")[:-1]
@@ -153,10 +157,10 @@ def import_edges(src: Path = SRC) -> list[Edge]:
                     for a in child.names:
                         sub = f"{target}.{a.name}"
                         if sub in modules:
-                            edges.append(Edge(name, sub, child.lineno, lazy, _reach_in(name, sub)))
+                            edges.append(Edge(name, sub, child.lineno, lazy, _reach_in(name, sub), "", typed))
                         else:
-                            edges.append(Edge(name, target, child.lineno, lazy, _reach_in(name, sub), a.name))
-                visit(child, child_lazy)
+                            edges.append(Edge(name, target, child.lineno, lazy, _reach_in(name, sub), a.name, typed))
+                visit(child, child_lazy, child_typed)
 
         visit(tree, False)
     return edges
@@ -203,11 +207,11 @@ def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def module_cycles(edges: list[Edge]) -> list[list[str]]:
-    """Import cycles among modules over module-level imports (a package's ``__init__`` importing its own
-    submodules is not an edge back from them)."""
+    """Import cycles among modules over every import that runs, inside functions included (``TYPE_CHECKING``
+    imports left out; a package's ``__init__`` importing its own submodules is not an edge back from them)."""
     graph: dict[str, set[str]] = {}
     for e in edges:
-        if not e.lazy and e.src != e.dst:
+        if not e.type_only and e.src != e.dst:
             graph.setdefault(e.src, set()).add(e.dst)
     return _sccs(graph)
 
@@ -220,6 +224,32 @@ def unit_cycles(edges: list[Edge]) -> list[list[str]]:
         if a != b and (e.dst, e.name) != (PACKAGE, "__version__"):
             graph.setdefault(a, set()).add(b)
     return _sccs(graph)
+
+
+def lazy_third_party(src: Path = SRC) -> dict[str, list[str]]:
+    """Packages (top-level names) other than packwise and the standard library imported inside a function or
+    under ``if TYPE_CHECKING:``, each with the ``module:line`` places (sorted)."""
+    found: dict[str, set[str]] = {}
+    for name, path in _modules(src).items():
+        tree = ast.parse(path.read_text(), str(path))
+
+        def visit(node: ast.AST, lazy: bool, name=name) -> None:
+            for child in ast.iter_child_nodes(node):
+                child_lazy = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                child_lazy = child_lazy or (isinstance(child, ast.If) and _type_checking(child))
+                mods = []
+                if isinstance(child, ast.Import):
+                    mods = [a.name for a in child.names]
+                elif isinstance(child, ast.ImportFrom) and not child.level and child.module:
+                    mods = [child.module]
+                for m in mods:
+                    top = m.split(".")[0]
+                    if lazy and top != PACKAGE and top not in sys.stdlib_module_names:
+                        found.setdefault(top, set()).add(f"{name}:{child.lineno}")
+                visit(child, child_lazy)
+
+        visit(tree, False)
+    return {k: sorted(v) for k, v in sorted(found.items())}
 
 
 def private_reach_ins(edges: list[Edge]) -> list[Edge]:
@@ -341,6 +371,7 @@ def measure(*, run: bool = True) -> dict:
         "lines": lines_of_source(),
         "module_cycles": module_cycles(edges),
         "unit_cycles": unit_cycles(edges),
+        "lazy_third_party": sorted(lazy_third_party()),
         "private_reach_ins": [f"{e.src}:{e.line} -> {e.dst}" for e in private_reach_ins(edges)],
         "upward_imports": [f"{e.src}:{e.line} -> {e.dst}" for e in upward_imports(edges)],
         "public_names": sorted(names),
@@ -358,6 +389,7 @@ def main(argv: list[str]) -> None:
     print(f"lines of src:            {m['lines']}")
     print(f"module import cycles:    {len(m['module_cycles'])}  {m['module_cycles']}")
     print(f"unit cycles (all imps):  {len(m['unit_cycles'])}  {m['unit_cycles']}")
+    print(f"lazy third-party:        {len(m['lazy_third_party'])}  {m['lazy_third_party']}")
     print(f"private reach-ins:       {len(m['private_reach_ins'])}")
     for r in m["private_reach_ins"]:
         print(f"    {r}")

@@ -240,16 +240,16 @@ CLI_CASES = [
     (["pack", "--capacity", "abc"], 2, "Invalid value for '--capacity'"),
     (["pack", "{tmp}/missing.jsonl", "-o", "{tmp}/o"], 1, "missing.jsonl does not exist"),
     (["pack", "{data}", "-o", "{tmp}/o", "--packs-per-shard", "0"], 1, "--packs-per-shard must be >= 1, got 0"),
-    (
+    (  # a closed choice (the Literal) is a usage error naming the value and every choice
         ["pack", "{data}", "-o", "{tmp}/o", "--format", "csv"],
-        1,
-        "unknown --format 'csv'; use one of jsonl, parquet, hf",
+        2,
+        "Invalid value for '--format': Value error, 'csv' is not one of 'jsonl', 'parquet', 'hf'.",
     ),
     (["pack", "{data}", "-o", "{tmp}/o", "--algorithm", "nope"], 1, "unknown packing algorithm 'nope'"),
     (
         ["pack", "{data}", "-o", "{tmp}/o", "--overflow", "squash"],
-        1,
-        "overflow='squash': Input should be 'truncate', 'split', 'drop' or 'error'",
+        2,
+        "Invalid value for '--overflow': Value error, 'squash' is not one of 'truncate', 'split', 'drop', 'error'.",
     ),
     (
         ["pack", "{data}", "-o", "{tmp}/o", "--config", "{tmp}/missing.yaml"],

@@ -63,10 +63,11 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._build import ConfigBuilders
 from ._config_files import _config_error, _merge, read_config_file
@@ -333,7 +334,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 "rebuilds positions from cu_seqlens; an HF model counts positions over the whole pack"
             )
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> PackingConfig:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> PackingConfig:
         """A copy with ``update`` applied, validated like a new config (pydantic's ``model_copy`` skips every
         rule; nested sections may be given as dicts, merged into the current ones).
 
@@ -358,8 +359,6 @@ class PackingConfig(ConfigBuilders, _Frozen):
         """
         p = Path(path)
         data = read_config_file(p)
-        from pydantic import ValidationError
-
         try:
             return cls(**_merge(data, overrides))
         except ValidationError as e:

@@ -347,8 +347,8 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
     assert f"--runtime-env {tmp_path / 'env.json'}: must be a JSON object (Ray's runtime_env), got list" in (
         capsys.readouterr().err
     )
-    assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 1
-    assert "--engine 'spark': use local or ray" in capsys.readouterr().err
+    assert main(["pack", "-o", str(tmp_path / "o"), "--engine", "spark"]) == 2  # a usage error: the choices
+    assert "Invalid value for '--engine': Value error, 'spark' is not one of 'local', 'ray'." in capsys.readouterr().err
 
 
 def test_saved_hf_dataset_directory(tmp_path):

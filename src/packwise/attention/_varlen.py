@@ -58,7 +58,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
 }
 
 
-def resolve_backend(backend: str, device, dtype, *, softcap: bool = False, sinks: bool = False) -> str:
+def resolve_backend(backend: Backend, device, dtype, *, softcap: bool = False, sinks: bool = False) -> Backend:
     """The concrete backend ``auto`` means here for these features (other names are returned as given).
 
     Example:
@@ -188,8 +188,9 @@ def varlen_attention(
     if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
         raise ValueError(f"sinks must be ({q.shape[1]},) — one logit per query head — got {tuple(sinks.shape)}")
     backend = resolve_backend(backend, q.device, q.dtype, softcap=softcap is not None, sinks=sinks is not None)
-    for feature, value in (("window", window), ("softcap", softcap), ("sinks", sinks)):
-        if value is not None and backend not in FEATURES[feature]:
+    features: tuple[tuple[str, object], ...] = (("window", window), ("softcap", softcap), ("sinks", sinks))
+    for feature, setting in features:
+        if setting is not None and backend not in FEATURES[feature]:
             raise ValueError(
                 f"attention backend {backend!r} cannot honour {feature}; use one of {', '.join(FEATURES[feature])}"
             )

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as e:
         errors = getattr(e, "errors", None)
         if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic: one line per broken rule
-            message = "; ".join(_pydantic_error(x) for x in e.errors(include_url=False)[:10])
+            message = "; ".join(_pydantic_error(x) for x in errors(include_url=False)[:10])
             err.print(f"[bold red]error:[/] invalid configuration: {escape(message)}", highlight=False, soft_wrap=True)
             return 1
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)

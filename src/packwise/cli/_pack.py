@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -12,7 +13,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from ..config import PackingConfig
+from ..files import Format, OutputDir, check_input_path, loads_unique
+from ..pipeline import Overflow, PackReport, chitchat_input, pack_columns, write_packs
+from ..report import plot_dependency_error, write_report
+from ..text import LossOn
 from ._console import err, out, progress_bars, report_table
+from ._options import ALGORITHM_HELP, DEFAULTS, MULTIMODAL_FLAGS, Engine
 
 EXAMPLES = """
 Examples:
@@ -48,39 +55,53 @@ def pack(
             "an empty or new URI prefix (s3://bucket/out/).",
         ),
     ] = "packed",
-    capacity: Annotated[int, typer.Option(help="Tokens per pack.")] = 4096,
-    algorithm: Annotated[
-        str, typer.Option(help="Packing algorithm or alias (bfd, ffd, mffd, ffs, ...).")
-    ] = "best_fit_decreasing",
-    seed: Annotated[int | None, typer.Option(help="Seed for randomised algorithms (ffs).")] = None,
-    overflow: Annotated[str, typer.Option(help="Samples over capacity: truncate | split | drop | error.")] = "truncate",
+    capacity: Annotated[int, typer.Option(help="Tokens per pack.")] = DEFAULTS["capacity"],
+    algorithm: Annotated[str, typer.Option(help=ALGORITHM_HELP)] = DEFAULTS["algorithm"],
+    seed: Annotated[int | None, typer.Option(help="Seed for randomised algorithms (ffs).")] = DEFAULTS["seed"],
+    overflow: Annotated[Overflow, typer.Option(help="Samples over capacity.")] = DEFAULTS["overflow"],
     tokenizer: Annotated[
         str | None, typer.Option(help="qwen2.5 (default for text) | smollm2 | local dir | .gguf")
-    ] = None,
-    chat_template: Annotated[str | None, typer.Option(help="chatml | a .jinja file | default: the tokenizer's")] = None,
-    loss_on: Annotated[str, typer.Option(help="assistant (default) | all.")] = "assistant",
+    ] = DEFAULTS["tokenizer"],
+    chat_template: Annotated[
+        str | None, typer.Option(help="chatml | a .jinja file | default: the tokenizer's")
+    ] = DEFAULTS["chat_template"],
+    loss_on: Annotated[LossOn, typer.Option(help="Tokens that carry loss.")] = DEFAULTS["loss_on"],
     input_format: Annotated[
-        str | None, typer.Option("--format", help="jsonl | parquet | hf (default: from the path).")
+        Format | None, typer.Option("--format", help="Input format (default: from the path).")
     ] = None,
-    skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed rows instead of failing.")] = False,
-    max_sequences_per_pack: Annotated[int | None, typer.Option(help="At most this many sequences per pack.")] = None,
+    skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed rows instead of failing.")] = DEFAULTS[
+        "skip_bad_rows"
+    ],
+    max_sequences_per_pack: Annotated[
+        int | None, typer.Option(help="At most this many sequences per pack.")
+    ] = DEFAULTS["max_sequences_per_pack"],
     max_segments: Annotated[
         int | None, typer.Option(help="Static shapes (torch.compile): at most this many documents per pack.")
-    ] = None,
-    min_packs: Annotated[int | None, typer.Option(help="At least this many packs (split the fullest).")] = None,
-    pack_count_multiple: Annotated[int | None, typer.Option(help="Pack count a multiple of this (DP ranks).")] = None,
-    alignment: Annotated[int | None, typer.Option(help="Plan each sequence at a multiple of this (CP/TP/FP8).")] = None,
+    ] = DEFAULTS["max_segments"],
+    min_packs: Annotated[int | None, typer.Option(help="At least this many packs (split the fullest).")] = DEFAULTS[
+        "min_packs"
+    ],
+    pack_count_multiple: Annotated[
+        int | None, typer.Option(help="Pack count a multiple of this (DP ranks).")
+    ] = DEFAULTS["pack_count_multiple"],
+    alignment: Annotated[
+        int | None, typer.Option(help="Plan each sequence at a multiple of this (CP/TP/FP8).")
+    ] = DEFAULTS["alignment"],
     config: Annotated[
         Path | None, typer.Option(help="A PackingConfig file (.yaml/.toml/.json); flags override it.")
     ] = None,
-    min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = 56 * 56,
-    max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = 28 * 28 * 16384,
+    min_pixels: Annotated[int, typer.Option(help="Images: smallest area after resizing (Qwen2-VL).")] = DEFAULTS[
+        "min_pixels"
+    ],
+    max_pixels: Annotated[int, typer.Option(help="Images: largest area after resizing (Qwen2-VL).")] = DEFAULTS[
+        "max_pixels"
+    ],
     media_root: Annotated[
         str | None,
         typer.Option(
             help="Images must be inside this folder; relative paths are relative to it (default: INPUT's folder)."
         ),
-    ] = None,
+    ] = DEFAULTS["media_root"],
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
     write_report_files: Annotated[
         bool,
@@ -90,9 +111,10 @@ def pack(
         bool, typer.Option(help="Replace the files an earlier packwise run wrote there (refuses if others exist).")
     ] = False,
     engine: Annotated[
-        str,
+        Engine,
         typer.Option(
-            help="local (this process) | ray (Ray Data + Ray tasks, local or on a cluster; same packs and files; needs packwise\\[ray])."
+            help="local: this process; ray: Ray Data + Ray tasks, local or on a cluster (same packs and files; "
+            "needs packwise\\[ray])."
         ),
     ] = "local",
     ray_address: Annotated[
@@ -119,17 +141,37 @@ def pack(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or table.")] = False,
 ) -> None:
     """Tokenize, plan and write packed, training-ready Parquet with exact token accounting."""
-    from ..config import PackingConfig
-    from ..files import OutputDir, check_input_path
-    from ..pipeline import chitchat_input, pack_columns, write_packs
-    from ..report import plot_dependency_error, write_report
+    _check_options(input_path, output, engine=engine, packs_per_shard=packs_per_shard, num_proc=num_proc,
+                   ray_address=ray_address, num_cpus=num_cpus, runtime_env=runtime_env)  # fmt: skip
+    env = _runtime_env(runtime_env)
+    cfg = _packing_config(ctx, config)
+    dest = _destination(input_path, output, overwrite=overwrite)  # before the work: a refused input leaves nothing
+    with dest if dest is not None else nullcontext(), progress_bars(quiet or json_out) as progress:
+        for note in dest.notes if dest is not None else []:  # locked and checked before the work
+            err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        if engine == "ray":
+            report = _pack_on_ray(input_path, output if dest is None else dest, cfg, input_format=input_format,
+                                  packs_per_shard=packs_per_shard, overwrite=overwrite, num_cpus=num_cpus,
+                                  ray_address=ray_address, runtime_env=env)  # fmt: skip
+        else:
+            assert dest is not None, "step 1 refuses a URI -o without --engine ray"
+            report = _pack_here(input_path, dest, cfg, input_format=input_format, packs_per_shard=packs_per_shard,
+                                overwrite=overwrite, progress=progress)  # fmt: skip
+        report_files = _report_files(dest, output, report, write=write_report_files, progress=progress)
+        if dest is not None:
+            dest.commit()
+    _print_result(report, output, report_files, json_out=json_out, quiet=quiet)
 
+
+def _check_options(
+    input_path: str | None, output: str, *, engine: Engine, packs_per_shard: int, num_proc: int | None,
+    ray_address: str | None, num_cpus: int | None, runtime_env: str | None,
+) -> None:  # fmt: skip
+    """Step 1: the options that no config checks, refused before anything is read or created."""
     if num_proc is not None:
         _tokenizer_threads(num_proc)
     if packs_per_shard < 1:
         raise ValueError(f"--packs-per-shard must be >= 1, got {packs_per_shard}")
-    if engine not in ("local", "ray"):
-        raise ValueError(f"--engine {engine!r}: use local or ray")
     if engine == "local" and (ray_address is not None or num_cpus is not None or runtime_env is not None):
         raise ValueError(
             "--ray-address, --num-cpus and --runtime-env apply to --engine ray; add --engine ray or drop them"
@@ -138,52 +180,69 @@ def pack(
     if engine == "local" and (remote_in or remote_out):
         where = input_path if remote_in else output
         raise ValueError(f"{where}: URIs (s3://... or any pyarrow filesystem) need --engine ray; add it")
-    env = _runtime_env(runtime_env)
+
+
+def _packing_config(ctx: typer.Context, config: Path | None) -> PackingConfig:
+    """Step 2: the PackingConfig of the flags; with ``--config``, the file's with the flags given overriding it."""
     given = {k: v for k, v in ctx.params.items() if _from_command_line(ctx, k)}
     options = {k: given[k] for k in CONFIG_FLAGS if k in given} if config else {k: ctx.params[k] for k in CONFIG_FLAGS}
-    for key in ("min_pixels", "max_pixels", "media_root"):
+    for key in MULTIMODAL_FLAGS:
         if key in options:
             options.setdefault("multimodal", {})[key] = options.pop(key)
     if config:
-        cfg = PackingConfig.from_file(config, **options)
-    else:
-        cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
-    if input_path is not None and not remote_in:
-        check_input_path(input_path)  # before the output is created: a refused input leaves nothing behind
-    if remote_out:  # pack_ray checks the prefix is empty and commits it marker-last (integrations/_ray_fs.py)
-        dest = nullcontext()
-    else:
-        inputs = () if input_path is None or remote_in else (input_path,)
-        dest = OutputDir(output, overwrite=overwrite, inputs=inputs)
-    data = chitchat_input if input_path is None else input_path
-    with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work
-        for note in [] if remote_out else dest.notes:
-            err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-        if engine == "ray":
-            from ..integrations.ray import pack_ray
+        return PackingConfig.from_file(config, **options)
+    return PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
 
-            report = pack_ray(
-                chitchat_input() if input_path is None else input_path, output if remote_out else dest,
-                **cfg.pipeline_kwargs(), format=input_format, packs_per_shard=packs_per_shard, overwrite=overwrite,
-                num_cpus=num_cpus, ray_address=ray_address, runtime_env=env,
-            )  # fmt: skip
-        else:
-            packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
-            write_packs(packed, report, dest, packs_per_shard=packs_per_shard, overwrite=overwrite, progress=progress)
-        report_files = []
-        if write_report_files and remote_out:
-            err.print(f"[yellow]note:[/] report files are written to a local -o only; {escape(output)}/metadata.json "
-                      "holds the report", highlight=False, soft_wrap=True)  # fmt: skip
-        elif write_report_files:
-            t = time.perf_counter()
-            advance = progress("report", 1) if progress else None  # plots take a second or more
-            report_files = write_report(dest.staging(), report)
-            if advance:
-                advance(1)
-            report.timings["report"] = time.perf_counter() - t
-        if not remote_out:
-            dest.commit()
-        report_files = [Path(output) / f.name for f in report_files]
+
+def _destination(input_path: str | None, output: str, *, overwrite: bool) -> OutputDir | None:
+    """Step 3: the locked output directory (None for a URI prefix: pack_ray checks it is empty and commits it
+    marker-last, integrations/ray). The input is checked first: a refused input leaves no output behind."""
+    remote_in = _is_uri(input_path)
+    if input_path is not None and not remote_in:
+        check_input_path(input_path)
+    if _is_uri(output):
+        return None
+    inputs = () if input_path is None or remote_in else (input_path,)
+    return OutputDir(output, overwrite=overwrite, inputs=inputs)
+
+
+def _pack_here(input_path: str | None, dest: OutputDir, cfg: PackingConfig, *, input_format: Format | None,
+               packs_per_shard: int, overwrite: bool, progress) -> PackReport:  # fmt: skip
+    """Step 4 (``--engine local``): tokenize, plan and assemble in this process, then write the shards."""
+    data = chitchat_input if input_path is None else input_path
+    packed, report = pack_columns(data, **cfg.pipeline_kwargs(), format=input_format, progress=progress)
+    write_packs(packed, report, dest, packs_per_shard=packs_per_shard, overwrite=overwrite, progress=progress)
+    return report
+
+
+def _pack_on_ray(
+    input_path: str | None, dest, cfg: PackingConfig, *, input_format: Format | None, **ray_options
+) -> PackReport:
+    """Step 4 (``--engine ray``): the same packs and files from Ray workers (needs packwise[ray])."""
+    from ..integrations.ray import pack_ray  # lazy: ray is an optional heavy dependency
+
+    data = chitchat_input() if input_path is None else input_path
+    return pack_ray(data, dest, **cfg.pipeline_kwargs(), format=input_format, **ray_options)
+
+
+def _report_files(dest: OutputDir | None, output: str, report: PackReport, *, write: bool, progress) -> list[Path]:
+    """Step 5: report.json, report.md and the plots in the staging directory; their final paths."""
+    if write and dest is None:
+        err.print(f"[yellow]note:[/] report files are written to a local -o only; {escape(output)}/metadata.json "
+                  "holds the report", highlight=False, soft_wrap=True)  # fmt: skip
+    if not write or dest is None:
+        return []
+    t = time.perf_counter()
+    advance = progress("report", 1) if progress else None  # plots take a second or more
+    files = write_report(dest.staging(), report)
+    if advance:
+        advance(1)
+    report.timings["report"] = time.perf_counter() - t
+    return [Path(output) / f.name for f in files]
+
+
+def _print_result(report: PackReport, output: str, report_files: list[Path], *, json_out: bool, quiet: bool) -> None:
+    """Step 6: the report as JSON or a table, the plots skipped and the rows skipped."""
     if json_out:
         files = [str(f) for f in report_files]
         out.print_json(json.dumps({**report.to_dict(), "output": str(output), "report_files": files}))
@@ -208,8 +267,6 @@ CONFIG_FLAGS = (
 
 def _tokenizer_threads(n: int) -> None:
     """Size the tokenizer's thread pool (Rayon reads ``RAYON_NUM_THREADS`` when it first starts)."""
-    import os
-
     limit = max(64, 4 * (os.cpu_count() or 1))
     if not 1 <= n <= limit:  # thousands of threads only thrash (a break tester's 100000 never finished)
         raise ValueError(
@@ -230,8 +287,6 @@ def _runtime_env(text: str | None) -> dict | None:
     text; other text names a file when one exists, else is read as JSON text if it parses)."""
     if text is None:
         return None
-    from ..files import loads_unique
-
     source = "--runtime-env"
     if not text.lstrip().startswith(("{", "[")) and Path(text).is_file():
         source, text = f"--runtime-env {text}", Path(text).read_text()

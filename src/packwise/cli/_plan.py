@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from inspect import cleandoc
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.measure import Measurement
 
+from ..plan import ALGORITHMS, ALIASES, HISTOGRAM_ALGORITHMS, plan_histogram
 from ._console import out
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 EXAMPLES = """
 Examples:
@@ -36,7 +42,12 @@ def plan(
         Path | None, typer.Option("--from", help="A `packwise pack` output directory: plan its seq_lengths.")
     ] = None,
     capacity: Annotated[str, typer.Option(help="Comma list of capacities (tokens per pack).")] = "2048,4096,8192",
-    algorithm: Annotated[str, typer.Option(help="all | comma list of algorithms or aliases (bfd, ffd, ...).")] = "all",
+    algorithm: Annotated[
+        str,
+        typer.Option(
+            help=f"all | comma list of algorithms ({', '.join(ALGORITHMS)}) or aliases ({', '.join(ALIASES)})."
+        ),
+    ] = "all",
     seed: Annotated[int | None, typer.Option(help="Seed of first_fit_shuffle (default 0).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")] = False,
     histogram: Annotated[
@@ -82,8 +93,6 @@ def plan(
 
 def read_counts(path: Path):
     """``counts[length]`` as int64 from ``.npy`` (a 1-D count array) or text lines ``length count``."""
-    import numpy as np
-
     if not path.is_file():
         raise ValueError(f"LENGTHS file {path} does not exist; with --histogram pass a .npy or .txt of counts")
     if path.suffix.lower() == ".npy":
@@ -121,11 +130,6 @@ BALANCED_LIMIT = 100_000_000
 
 def compare_histogram(counts, *, capacities: list[int], algorithms) -> dict:
     """``compare_plans``' result shape, planned with ``plan_histogram`` (counts over a capacity clipped to it)."""
-    import time
-
-    import numpy as np
-
-    from ..plan import HISTOGRAM_ALGORITHMS, plan_histogram
 
     names = list(HISTOGRAM_ALGORITHMS) if algorithms == "all" else algorithms
     skipped = []
@@ -169,10 +173,11 @@ def plan_table(source: str, result: dict):
         title=f"packwise plan — {source}: {result['sequences']:,} sequences, {result['tokens']:,} tokens",
         title_justify="left",
     )
-    for col, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("capacity", "right"), ("algorithm", "left"), ("packs", "right"), ("lower bound L1", "right"),
         ("utilisation", "right"), ("excess over L1", "right"), ("time ms", "right"),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for col, justify in columns:
         t.add_column(col, justify=justify, no_wrap=True)
     for c in result["capacities"]:
         rows = [r for r in result["rows"] if r["capacity"] == c]

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from ._console import out, progress_bars
 
+if TYPE_CHECKING:
+    from ..attention import Backend  # a Literal: no need to import torch for it
+
 # --attn names -> packwise varlen backends: eager = backend "dense" (the additive-mask math), sdpa = SDPA per
 # document, flex = flex_attention with a document BlockMask, packwise = backend "auto". A refusal names the
 # path by its --attn name and the backend it runs, and its fix in --attn names (:func:`_refusal`).
-ATTN_PATHS = {"eager": "dense", "sdpa": "sdpa", "flex": "flex", "packwise": "auto"}
+ATTN_PATHS: dict[str, Backend] = {"eager": "dense", "sdpa": "sdpa", "flex": "flex", "packwise": "auto"}
 MAX_DOCS = 64  # documents per verify run: each runs alone 4 times per path
 EXIT_REFUSED = 3  # every requested path was refused by use_packed_attention (exit 1 = a leak, 0 = isolated)
 
@@ -29,8 +32,11 @@ def verify(
     ] = "tiny-llama",
     attn: Annotated[
         str,
-        typer.Option(help="Comma list of packwise paths: eager (backend dense), sdpa, flex, packwise (backend auto)"),
-    ] = "eager,sdpa,flex,packwise",
+        typer.Option(
+            help="Comma list of packwise paths: "
+            + ", ".join(p if p == b else f"{p} (backend {b})" for p, b in ATTN_PATHS.items())
+        ),
+    ] = ",".join(ATTN_PATHS),
     data: Annotated[str, typer.Option(help="chitchat | a JSONL file (messages or input_ids)")] = "chitchat",
     num_docs: Annotated[int, typer.Option(help="Documents packed into one row (2-64).")] = 3,
     max_tokens: Annotated[int, typer.Option(help="Truncate each document to this many tokens.")] = 128,

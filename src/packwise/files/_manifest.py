@@ -14,6 +14,7 @@ written before packwise recorded hashes) falls back to the name-and-content rule
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from ._owned import (
     JOURNAL,
     LEGACY_REPORT_FILES,
     MANIFEST,
+    METADATA,
     STAGING_PREFIX,
     _is_packwise_file,
     _legacy_files,
@@ -42,10 +44,18 @@ def is_packwise_name(name: str) -> bool:
     return bool(_SHARD.match(name)) or name == "metadata.json" or name in LEGACY_REPORT_FILES
 
 
+def sha256_file(path, *, chunk: int = 1 << 22) -> tuple[int, str]:
+    """``(size in bytes, SHA-256 hex digest)`` of a file, read in ``chunk``-byte blocks."""
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            sha.update(block)
+            size += len(block)
+    return size, sha.hexdigest()
+
+
 def file_record(path: Path) -> dict:
     """``{"bytes": size, "sha256": hex digest}`` of a regular file (cached per process by its stat identity)."""
-    from ._write import sha256_file
-
     st = os.stat(path, follow_symlinks=False)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _HASHES:
@@ -115,7 +125,9 @@ def classify(out: Path, names) -> tuple[list[str], list[str], list[str]]:
     those it recorded but that were changed since, and the rest (not recorded, or not a name packwise writes).
     An output without a manifest (older packwise) owns only what :func:`._owned._legacy_files` trusts."""
     manifest = read_manifest(out)
-    owned, changed, other = [], [], []
+    owned: list[str] = []
+    changed: list[str] = []
+    other: list[str] = []
     if manifest is None:
         legacy = set(_legacy_files(out) or [])
         for n in names:
@@ -164,8 +176,6 @@ def register_files(out, names) -> None:
 def staged_records(staging: Path) -> dict[str, dict]:
     """The manifest records of the files in ``staging``: shards take the size and SHA-256 that
     ``metadata.json`` recorded as they were written (:func:`._write.write_shard`), other files are hashed."""
-    from ._write import METADATA
-
     known = {}
     try:
         meta = read_own_json(staging / METADATA)

@@ -85,8 +85,6 @@ class OutputDir:
     """
 
     def __init__(self, out, *, overwrite: bool = False, inputs: tuple = ()) -> None:
-        from ._write import check_output_dir
-
         self.path = check_output_dir(out, overwrite=overwrite, inputs=inputs).resolve()
         self.overwrite = overwrite
         self.notes: list[str] = []
@@ -123,6 +121,8 @@ class OutputDir:
 
     def _lock_is_ours(self) -> bool:
         """The lock file at ``out`` is still the one this run holds (False: ``out`` was removed or replaced)."""
+        if self._fd is None:
+            return False
         try:
             return os.stat(self.path / LOCK).st_ino == os.fstat(self._fd).st_ino
         except FileNotFoundError:
@@ -353,6 +353,40 @@ def _lock(out: Path, notes: list | None = None) -> int:
         if same:
             return fd
         os.close(fd)
+
+
+def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
+    """Refuse an unusable output path before any work is done (its contents are checked under the lock by
+    :class:`OutputDir`: ``overwrite`` only ever removes files packwise wrote).
+
+    Raises:
+        ValueError: ``out`` is a file, a dangling link, the current directory, the input or a directory
+            containing it, or below a file or an unwritable directory.
+    """
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise ValueError(f"output {out} is a dangling symbolic link; pass a directory path")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output {out} exists and is a file; pass a directory path")
+    resolved = out.resolve()
+    for src in inputs:
+        src = Path(src).resolve()
+        if src == resolved or resolved in src.parents:
+            raise ValueError(f"output {out} is or contains the input {src}; write the packs somewhere else")
+    if resolved == Path.cwd().resolve():
+        raise ValueError(f"output {out} is the current directory; pass a new directory, e.g. -o packed")
+    if resolved.is_dir():  # written in place (a mount point works): its own permissions count
+        if not os.access(resolved, os.W_OK | os.X_OK):
+            raise ValueError(f"output {out}: no permission to write in it")
+        return out
+    parent = resolved.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"output {out}: {parent} is a file, so the directory cannot be created")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"output {out}: no permission to write in {parent}")
+    return out
 
 
 def finish_interrupted(out) -> str | None:

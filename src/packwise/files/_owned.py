@@ -1,6 +1,10 @@
 """What packwise wrote: the names and content of its files, for :mod:`packwise.files._output` (which owns the
 output directory). A file counts as packwise's only when its name AND its content are those packwise writes;
-a leftover of an interrupted run only when, in addition, the pid in its name is dead."""
+a leftover of an interrupted run only when, in addition, the pid in its name is dead.
+
+The bottom of ``files/``' write side, which imports in one direction: names and formats (this module) ->
+the manifest (:mod:`._manifest`) -> the loaders' checks (:mod:`._verify`) -> the output directory
+(:mod:`._output`) -> the writer and loader (:mod:`._write`)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,9 @@ from pathlib import Path
 
 from ._lines import read_own_json
 
+#: ``metadata.json``'s ``format``: the packed-dataset layout this packwise writes and reads.
+FORMAT = "packwise-packed-v1"
+METADATA = "metadata.json"
 LOCK = ".packwise.lock"
 MANIFEST = ".packwise-manifest.json"
 JOURNAL = ".packwise-commit"
@@ -61,8 +68,6 @@ def _legacy_files(out: Path) -> list[str] | None:
     """What an older packwise (no manifest) wrote: metadata.json, the ``packs-NNNNN-of-NNNNN.parquet`` shards
     it lists and the report files packwise names (report.json/report.md only when their content is
     packwise's). Any other name — even one metadata.json lists — is not trusted."""
-    from ._write import FORMAT, METADATA
-
     try:
         meta = read_own_json(out / METADATA)
     except (OSError, ValueError):
@@ -88,8 +93,6 @@ def _regular(fd: int) -> bool:
 
 def _is_packwise_file(path: Path) -> bool:
     """``path`` is a regular file (not a link) whose name AND content are those of a file packwise writes."""
-    from ._write import FORMAT, METADATA
-
     if path.is_symlink() or not path.is_file():
         return False
     name, head = path.name, _head(path)

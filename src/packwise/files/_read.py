@@ -62,7 +62,11 @@ class RawInput:
 
     @property
     def num_rows(self) -> int:
-        return len(self.rows) if self.rows is not None else self.table.num_rows
+        if self.rows is not None:
+            return len(self.rows)
+        if self.table is None:
+            raise ValueError(f"{self.name}: a RawInput holds rows or a table, neither was given")
+        return self.table.num_rows
 
     def locate(self, i: int) -> str:
         """Human name of row ``i``: ``data.jsonl line 12`` or ``data.parquet row 11``."""

@@ -3,22 +3,14 @@
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
-METADATA = "metadata.json"
-
-
-def sha256_file(path, *, chunk: int = 1 << 22) -> tuple[int, str]:
-    """``(size in bytes, SHA-256 hex digest)`` of a file, read in ``chunk``-byte blocks."""
-    sha, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            sha.update(block)
-            size += len(block)
-    return size, sha.hexdigest()
+from ._manifest import MANIFEST, read_manifest, sha256_file  # noqa: F401  (sha256_file: re-exported)
+from ._owned import METADATA
 
 
 def shard_records(path, shards: list[dict]) -> list[dict]:
@@ -31,8 +23,6 @@ def shard_records(path, shards: list[dict]) -> list[dict]:
     """
     if all("sha256" in s for s in shards):
         return shards
-    from ._manifest import MANIFEST, read_manifest
-
     records = read_manifest(path) or {}
     out = []
     for s in shards:
@@ -95,7 +85,6 @@ def check_rows(table: pa.Table, where) -> None:
     Raises:
         ValueError: naming ``where`` (the file), the first bad row and the column.
     """
-    import numpy as np
     import pyarrow.compute as pc
 
     check_column_types(table.schema, where)
@@ -104,7 +93,7 @@ def check_rows(table: pa.Table, where) -> None:
         col = table.column(name).combine_chunks()
         return pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
 
-    def bad(name: str, mask: np.ndarray, what: str) -> None:
+    def bad(name: str, mask: np.ndarray, what: str | Callable[[int], str]) -> None:
         if mask.any():
             row = int(np.flatnonzero(mask)[0])
             raise ValueError(
@@ -122,7 +111,7 @@ def check_rows(table: pa.Table, where) -> None:
         ):
             continue
         m = lengths(name)
-        bad(name, m != n, lambda r, m=m: f"has {m[r]} entries but input_ids has {n[r]}")
+        bad(name, m != n, lambda r: f"has {m[r]} entries but input_ids has {n[r]}")  # noqa: B023 (called at once)
     if "seq_lengths" not in table.column_names:
         return
     col = table.column("seq_lengths").combine_chunks()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._lines import read_own_json
+from ._output import JOURNAL, check_output_dir, claim_output, finish_interrupted  # noqa: F401  (check_output_dir: re-exported)
+from ._owned import FORMAT
 from ._verify import (  # noqa: F401  (the loaders' checks; re-exported for callers of this module)
     INT_LIST_COLUMNS,
     METADATA,
@@ -39,7 +40,6 @@ from ._verify import (  # noqa: F401  (the loaders' checks; re-exported for call
     shard_records,
 )
 
-FORMAT = "packwise-packed-v1"
 ROW_GROUP_PACKS = 256
 
 
@@ -95,40 +95,6 @@ def write_shard(table: pa.Table, path, *, filesystem=None) -> dict:
     return {"file": name, "packs": table.num_rows, "bytes": sink.size, "sha256": sink.sha.hexdigest()}
 
 
-def check_output_dir(out, *, overwrite: bool, inputs: tuple = ()) -> Path:
-    """Refuse an unusable output path before any work is done (its contents are checked under the lock by
-    :class:`~packwise.files._output.OutputDir`: ``overwrite`` only ever removes files packwise wrote).
-
-    Raises:
-        ValueError: ``out`` is a file, a dangling link, the current directory, the input or a directory
-            containing it, or below a file or an unwritable directory.
-    """
-    out = Path(out)
-    if out.is_symlink() and not out.exists():
-        raise ValueError(f"output {out} is a dangling symbolic link; pass a directory path")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output {out} exists and is a file; pass a directory path")
-    resolved = out.resolve()
-    for src in inputs:
-        src = Path(src).resolve()
-        if src == resolved or resolved in src.parents:
-            raise ValueError(f"output {out} is or contains the input {src}; write the packs somewhere else")
-    if resolved == Path.cwd().resolve():
-        raise ValueError(f"output {out} is the current directory; pass a new directory, e.g. -o packed")
-    if resolved.is_dir():  # written in place (a mount point works): its own permissions count
-        if not os.access(resolved, os.W_OK | os.X_OK):
-            raise ValueError(f"output {out}: no permission to write in it")
-        return out
-    parent = resolved.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"output {out}: {parent} is a file, so the directory cannot be created")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"output {out}: no permission to write in {parent}")
-    return out
-
-
 def write_packed(
     out,
     tables: Iterator[pa.Table] | list[pa.Table],
@@ -155,8 +121,6 @@ def write_packed(
         ValueError: ``out`` is not empty and ``overwrite`` is False, holds files packwise did not write,
             or another run is writing it.
     """
-    from ._output import claim_output
-
     dest = claim_output(out, overwrite=overwrite)
     owner = dest._depth == 0  # the caller did not open it: this call commits and releases
     with dest:
@@ -234,8 +198,6 @@ def _shard_entry(x) -> bool:
 
 def _finish_interrupted(path: Path) -> None:
     """Roll an interrupted commit forward (its journal is present) so a reader never sees a mix."""
-    from ._output import JOURNAL, finish_interrupted
-
     if not (path / JOURNAL).exists():
         return
     try:
@@ -287,7 +249,7 @@ def load_packed(path, *, verify_checksums: bool = True) -> pa.Table:
     """
     meta = read_metadata(path)
     need = {"input_ids"} | ({"labels", "seq_lengths", "source_index"} if "tokens_packed" in meta else set())
-    tables = []
+    tables: list[pa.Table] = []
     for f, shard in zip(
         packed_files(path), shard_records(path, meta["shards"]) if verify_checksums else meta["shards"]
     ):

@@ -136,7 +136,8 @@ def expand_images(
         raise BadRow(where, "images", f"is a {type(images).__name__}, expected a list of image paths")
     queue = list(images or [])
     placeholders = 0
-    refs, out = [], []
+    refs: list[tuple] = []  # image, audio and video refs: see above
+    out = []
     for j, m in enumerate(row[key]):
         content = m["content"]
         if isinstance(content, list):

@@ -10,7 +10,7 @@ transformers' ``ProcessorMixin.create_mm_token_type_ids``: 0 text, 1 image, 2 vi
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -117,8 +117,8 @@ def encode_media_chat(
             f"{len(videos)} videos, {len(audios)} clips"
         )
     check_chats([messages], special_token_pattern(tokenizer), lambda i: where)  # the user's text, not ours
-    [(ids, loss)] = _encode_chats([out_msgs], tokenizer)  # media expanded into special tokens by us: unchecked
-    ids = torch.from_numpy(ids.astype(np.int64))
+    [(token_ids, loss)] = _encode_chats([out_msgs], tokenizer)  # media expanded into special tokens by us: unchecked
+    ids = torch.from_numpy(token_ids.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == vision.image_token_id] = 1
     types[ids == VIDEO_TOKEN_ID] = 2
@@ -133,7 +133,7 @@ def encode_media_chat(
             f"{where}: {int((types == 1).sum())} image / {int((types == 3).sum())} audio placeholder tokens but the "
             f"media need {need_img} / {need_aud}; remove literal placeholder tokens from the text"
         )
-    out = {
+    out: dict[str, Any] = {  # tensors, and None where a model input is absent
         "input_ids": ids,
         "labels": torch.where(torch.from_numpy(loss), ids, IGNORE_INDEX),
         "mm_token_type_ids": types,

@@ -11,6 +11,7 @@ from ._align import align_lengths
 from ._bfd_items import ITEM_PATH_MAX, plan_bfd_items
 from ._constraints import pack_count_target, split_to_target
 from ._engine import HistogramBuilder
+from ._finalize import Chains
 from ._first_fit_shuffle import plan_first_fit_shuffle
 from ._fit_decreasing import place_decreasing
 from ._knapsack import place_balanced_greedy_knapsack, place_greedy_knapsack
@@ -249,11 +250,12 @@ def plan_packs(
     if name == "next_fit":
         order, offsets = plan_next_fit(costs, capacity, m)
     elif name == "first_fit_shuffle":
-        order, offsets = plan_first_fit_shuffle(costs, capacity, m, used_seed)
+        order, offsets = plan_first_fit_shuffle(costs, capacity, m, used_seed or 0)  # an int for ffs (RANDOMIZED)
     elif name == "best_fit_decreasing" and costs.shape[0] <= ITEM_PATH_MAX:  # same plan, less fixed cost
         order, offsets = plan_bfd_items(costs, capacity, m)
     else:
         builder = HistogramBuilder(costs, capacity)
+        groups: list | Chains
         if name == "best_fit_decreasing":
             groups = place_decreasing(builder, max_seqs=m, policy="best")
         elif name == "first_fit_decreasing":

@@ -63,8 +63,9 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
     # new key is ``k - L``. It can only move left: it is written in place when it stays at the same position,
     # else the list moves only the entries between its old and new positions.
     if max_seqs >= n:  # no pack can reach the sequence limit: runs of equal lengths placed a pack at a time
-        out = _place_runs(ordered[big:], keys, capacity, big)
-        nb = int(out.max()) + 1 if out.shape[0] else big
+        runs = _place_runs(ordered[big:], keys, capacity, big)
+        nb = int(runs.max()) + 1 if runs.shape[0] else big
+        bins[big:] = runs
     else:
         counts = [1] * big
         for L in (ordered[big:] << _SHIFT).tolist():
@@ -84,7 +85,7 @@ def plan_bfd_items(costs: np.ndarray, capacity: int, max_seqs: int) -> tuple[np.
                 if full != L and max_seqs > 1:
                     insert(keys, full - L + nb)
                 nb += 1
-    bins[big:] = out
+        bins[big:] = out
     return _csr(idx, bins, max(nb, big))
 
 

@@ -21,7 +21,7 @@ import heapq
 
 import numpy as np
 
-from ._finalize import build_plan
+from ._finalize import Chains, build_plan
 from ._sort import sort_by_length
 
 INF = 1 << 62
@@ -164,6 +164,7 @@ class HistogramBuilder:
         self.n = int(lengths.shape[0])
         self.capacity = capacity
         # the (length asc, index asc) order ``finalize`` lays out, and the histogram read off it
+        self._sorted: np.ndarray | None
         self._sorted, counts = sort_by_length(lengths, capacity)
         self.counts: list[int] = counts.tolist()
         # Start of each length's block in that order.
@@ -196,7 +197,7 @@ class HistogramBuilder:
         self.n_bins += g
         return start
 
-    def finalize(self, groups: list[tuple[int, int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray]:
+    def finalize(self, groups: list[tuple[int, int, tuple[int, ...]]] | Chains) -> tuple[np.ndarray, np.ndarray]:
         """Turn final groups (``(start, g, events)`` tuples or :class:`Chains`) into ``(order, offsets)``;
         empty packs are dropped.
 
@@ -204,6 +205,8 @@ class HistogramBuilder:
         """
         events = (self.ev_bin, self.ev_g, self.ev_k, self.ev_src, self.ev_rev)
         self.ev_bin, self.ev_g, self.ev_k, self.ev_src, self.ev_rev = [], [], [], [], []
+        if self._sorted is None:
+            raise RuntimeError("packwise internal error: HistogramBuilder.finalize called twice (it consumes the plan)")
         sorted_idx, self._sorted = self._sorted, None
         return build_plan(groups, events, sorted_idx, self.capacity)
 

@@ -75,8 +75,8 @@ def build_plan(groups, events: tuple, sorted_idx: np.ndarray, capacity: int) -> 
         groups.events.clear()
     else:
         groups.sort()
-        nev = [len(e) for _, _, e in groups]
-        ev = np.fromiter(chain.from_iterable(e for _, _, e in groups), dtype=np.int64, count=sum(nev))
+        nev = np.fromiter((len(e) for _, _, e in groups), dtype=np.int64, count=len(groups))
+        ev = np.fromiter(chain.from_iterable(e for _, _, e in groups), dtype=np.int64, count=int(nev.sum()))
         start = np.fromiter((s for s, _, _ in groups), dtype=np.int64, count=len(groups))
         g = np.fromiter((x for _, x, _ in groups), dtype=np.int64, count=len(groups))
         table = np.array(events[:4], dtype=np.int64).reshape(4, -1).T

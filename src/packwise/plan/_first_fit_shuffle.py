@@ -52,11 +52,11 @@ def plan_first_fit_shuffle(costs: np.ndarray, capacity: int, max_seqs: int, seed
         free[b] = f
         nseq[b] += 1
         if f > 0 and nseq[b] < max_seqs:
-            bucket = buckets.get(f)
-            if bucket is None:
-                bucket = buckets[f] = []
-            heapq.heappush(bucket, b)
-            tree.set(f, bucket[0])
+            waiting = buckets.get(f)
+            if waiting is None:
+                waiting = buckets[f] = []
+            heapq.heappush(waiting, b)
+            tree.set(f, waiting[0])
     by_bin = np.argsort(bin_of, kind="stable")
     order = perm[by_bin]
     sizes = np.bincount(bin_of, minlength=len(free))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import chain
-from typing import Literal
+from typing import Literal, overload
 
 import numpy as np
 
@@ -42,6 +42,12 @@ from ._finalize import Chains
 Policy = Literal["first", "best", "best_lifo", "worst_lifo_one"]
 
 
+@overload
+def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Literal["best"]) -> Chains: ...
+@overload
+def place_decreasing(
+    builder: HistogramBuilder, *, max_seqs: int, policy: Literal["first", "best_lifo", "worst_lifo_one"]
+) -> list: ...
 def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy) -> list | Chains:
     """Place every remaining sequence of ``builder.counts`` (longest first) into new or open packs.
 

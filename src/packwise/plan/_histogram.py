@@ -198,7 +198,9 @@ class HistogramPlan:
 
     def pack_cost_counts(self) -> np.ndarray:
         """``(C+1,)`` int64: packs per total cost (the fill histogram when alignment is 1)."""
-        per = np.add.reduceat(self.template_costs, self.template_offsets[:-1]) if self.template_costs.size else []
+        per: np.ndarray | list[int] = (
+            np.add.reduceat(self.template_costs, self.template_offsets[:-1]) if self.template_costs.size else []
+        )
         return np.bincount(np.asarray(per, np.int64), weights=self.template_packs, minlength=self.capacity + 1).astype(
             np.int64
         )

@@ -113,6 +113,7 @@ def plan_histogram(
         np.add.at(cost_counts, costs, real[nz])
     m = max_seqs or (1 << 62)
     builder = _CountsBuilder(cost_counts.tolist(), capacity)
+    groups: list | Chains
     if name == "best_fit_decreasing":
         groups = place_decreasing(builder, max_seqs=m, policy="best")
     elif name == "first_fit_decreasing":

@@ -51,13 +51,13 @@ def place_mffd(builder: HistogramBuilder, *, max_seqs: int) -> list:
     out = []
     for group in a_groups:
         while group[1] and group[3] < max_seqs:
-            length = present.largest_at_most(min(group[2], medium_max))
-            if length is None or 3 * length <= capacity:
+            medium = present.largest_at_most(min(group[2], medium_max))
+            if medium is None or 3 * medium <= capacity:
                 break
-            t = min(group[1], counts[length])
+            t = min(group[1], counts[medium])
             head = split_group(group, t)
-            present.take(length, t)
-            _add(builder, head, length, t, 1)
+            present.take(medium, t)
+            _add(builder, head, medium, t, 1)
             head[5] = True
             out.append(head)
         if group[1]:
@@ -77,6 +77,8 @@ def place_mffd(builder: HistogramBuilder, *, max_seqs: int) -> list:
                 break
             present.take(s1, 1)
             x = present.largest_at_most(min(group[2] - s1, small_max))
+            if x is None:  # s2 fits, so a small length is present: never None
+                raise RuntimeError(f"packwise internal error: MFFD found no small length <= {group[2] - s1}")
             present.take(x, 1)
             extra = min(group[1] - 1, counts[s1] // 2 if x == s1 else min(counts[s1], counts[x]))
             if extra:

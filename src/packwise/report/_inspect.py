@@ -178,14 +178,14 @@ def render_pack(view: dict):
     Each document starts with a rule naming its number, ``source_index`` and length; loss tokens are
     highlighted (green) and their positions listed; the padding to capacity ends the pack.
     """
-    from rich.console import Group
+    from rich.console import Group, RenderableType
     from rich.rule import Rule
     from rich.text import Text
 
     v = view
     fill = 100.0 * v["tokens"] / v["capacity"]
     shows = f"decoded with {v['tokenizer']}" if v["tokenizer"] else "token ids"
-    parts = [
+    parts: list[RenderableType] = [
         Text(
             f"pack {v['pack']} of {v['num_packs']} · {v['tokens']:,} of {v['capacity']:,} tokens ({fill:.1f} % full)"
             f" · {len(v['documents'])} document{'' if len(v['documents']) == 1 else 's'} · {v['loss_tokens']:,} loss "

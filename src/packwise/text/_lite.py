@@ -20,6 +20,7 @@ from ._load import (
     QWEN_ROLES,
     QWEN_SPECIAL_TOKENS,
     chatml_template,
+    definition_fingerprint,
     load_qwen25,
     load_tokenizer,
     qwen25_file,
@@ -111,8 +112,6 @@ class LiteTokenizer:
         found = known.get(key())
         if isinstance(found, str) and len(found) == 16 and all(c in "0123456789abcdef" for c in found):
             return found
-        from ._load import definition_fingerprint
-
         found = definition_fingerprint(self.backend_tokenizer.to_str(), template)  # may rebuild the file
         known[key()] = found
         with contextlib.suppress(OSError):  # a read-only cache: computed again next time
@@ -172,3 +171,16 @@ def pipeline_tokenizer(spec):
         with _LOCK:  # one instance even when called from two threads
             return _lite(spec)
     return load_tokenizer(spec)
+
+
+def tokenizer_fingerprint(tok, chat_template: str | None = None) -> str:
+    """SHA-256 (hex, 16 chars) of the tokenizer's full definition (vocab, merges, added tokens) and template.
+
+    Example:
+        >>> len(tokenizer_fingerprint(load_tokenizer("qwen2.5")))
+        16
+    """
+    if isinstance(tok, LiteTokenizer):
+        return tok.fingerprint(chat_template)
+    template = chat_template if chat_template is not None else tok.chat_template
+    return definition_fingerprint(tok.backend_tokenizer.to_str(), template)

@@ -360,21 +360,6 @@ def tokenizer_name(tok) -> str:
     return str(getattr(tok, "name_or_path", "") or type(tok).__name__)
 
 
-def tokenizer_fingerprint(tok, chat_template: str | None = None) -> str:
-    """SHA-256 (hex, 16 chars) of the tokenizer's full definition (vocab, merges, added tokens) and template.
-
-    Example:
-        >>> len(tokenizer_fingerprint(load_tokenizer("qwen2.5")))
-        16
-    """
-    from ._lite import LiteTokenizer
-
-    if isinstance(tok, LiteTokenizer):
-        return tok.fingerprint(chat_template)
-    template = chat_template if chat_template is not None else tok.chat_template
-    return definition_fingerprint(tok.backend_tokenizer.to_str(), template)
-
-
 def definition_fingerprint(definition: str, chat_template: str | None) -> str:
     """SHA-256 (hex, 16 chars) of a tokenizer's JSON definition and a chat template."""
     h = hashlib.sha256(definition.encode())

@@ -286,7 +286,6 @@ def load_omni_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels
     """Text-only, image, audio and image + audio documents in turn (scikit-image photos; 16 kHz chirps of
     0.5-1.25 s -> 13-32 audio tokens), built by :func:`packwise.multimodal.encode_media_chat` with Omni MRoPE.
     Text-only documents are cut to ``max_tokens``; media documents are short and kept whole."""
-    import numpy as np
     from PIL import Image
 
     try:
