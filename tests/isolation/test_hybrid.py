@@ -183,3 +183,29 @@ def test_unverified_vision_tower_of_a_hybrid_family_is_refused_by_name():
     cfg = transformers.Qwen3_5Config(text_config=_qwen3_5(transformers, 1024).to_dict(), vision_config=vision)
     with pytest.raises(PackingRefused, match=r"not verified: Qwen3_5VisionBlock .* --allow Qwen3_5VisionAttention,"):
         use_packed_attention(transformers.Qwen3_5ForConditionalGeneration(cfg))
+
+
+def test_bad_input_is_refused_by_name():
+    torch.manual_seed(0)
+    model = use_packed_attention(family_model("mamba", 1024))  # no attention layer: the mixer itself must refuse
+    ids = torch.randint(1, 1024, (1, 9))
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4, 5]])
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)  # ends at 7, the row has 9 tokens
+    with pytest.raises(ValueError, match=r"MambaMixer got hidden_states of shape \(1, 9, 64\) but the packed row's "):
+        model(input_ids=ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, use_cache=False)
+    two = torch.randint(1, 1024, (2, 9))  # a [2, T] batch with one set of boundaries
+    cu = torch.tensor([0, 9, 18], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"hidden_states of shape \(2, 9, 64\) .* packed rows are \[1, T\]"):
+        model(input_ids=two, position_ids=torch.arange(9).repeat(2, 1), cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+              use_cache=False)  # fmt: skip
+
+
+def test_checkpointed_replay_with_two_different_rows_pending_raises():
+    torch.manual_seed(0)
+    model = use_packed_attention(family_model("nemotron_h", 1024)).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    collate = PackedDataCollator()
+    a = model(**collate([{"input_ids": d.tolist()} for d in _docs(lengths=(5, 7))]), use_cache=False).loss
+    b = model(**collate([{"input_ids": d.tolist()} for d in _docs(lengths=(8, 4))]), use_cache=False).loss
+    with pytest.raises(ValueError, match="2 packed rows of different boundaries pending"):
+        (a + b).backward()
