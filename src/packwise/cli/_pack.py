@@ -119,7 +119,7 @@ def pack(
     from ..config import PackingConfig
     from ..files import OutputDir, check_input_path
     from ..pipeline import chitchat_input, pack_columns, write_packs
-    from ..report import plot_dependency_error, write_report
+    from ..report import plot_dependency_error, preload, write_report
 
     if num_proc is not None:
         _tokenizer_threads(num_proc)
@@ -156,6 +156,8 @@ def pack(
     with dest, progress_bars(quiet or json_out) as progress:  # locked and checked before the work
         for note in [] if remote_out else dest.notes:
             err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        if write_report_files and not remote_out:
+            preload()  # matplotlib imports on a thread while the tokenizer runs (issue 29: the report's cost)
         if engine == "ray":
             from ..integrations.ray import pack_ray
 
