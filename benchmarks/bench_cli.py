@@ -82,6 +82,7 @@ def floor_fn(chats):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(ap)
+    ap.add_argument("--quick-rows", type=int, default=500, help="--quick: pack this many conversations")
     ap.add_argument("--base-src", help="src/ of another revision: its packwise pack is timed too (before/after)")
     args = ap.parse_args()
     from packwise.pipeline._demo import chitchat_conversations
@@ -92,7 +93,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = []
         if args.quick:  # the first 500 conversations as a JSONL file, for the CLI and the floor alike
-            chats = chats[:500]
+            chats = chats[: args.quick_rows]
             path = Path(tmp) / "chats.jsonl"
             path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
             data = [str(path)]
