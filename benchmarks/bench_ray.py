@@ -15,9 +15,13 @@ included::
 
 Engines (``--engines``): ``local`` and ``rayK`` (K Ray CPUs), every engine and size interleaved in each of
 ``--repeat`` repeats (≥ 3 by default); medians and spreads. Every run of one size must give the same plan
-hash. Where Ray passes local: from the medians at the two sizes each engine's wall time is fitted as
-``a + b × rows`` (a: fixed cost, start-up; b: per-row cost), and the rows where a Ray engine's line crosses
-local's, ``(a_ray − a_local) / (b_local − b_ray)``, is reported — measured for each K run here, and modelled
+hash. Where Ray passes local: each engine's wall time is modelled as ``a + b × rows`` from its measured
+costs — ``b``, the per-row cost, is the median of the command's own work time (``timings``: read …
+write, after ``ray.init``; Ray's worker start-up falls in it) per row at the larger size; ``a``, the fixed
+cost, the median over every run of wall − work (interpreter, imports, ``ray.init``, shutdown) — and the
+rows where a Ray engine's line crosses local's, ``(a_ray − a_local) / (b_local − b_ray)``, is reported.
+(A two-point fit of the wall medians at both sizes is printed too; on a loaded machine it is noise.)
+Measured for each K run here, and modelled
 for K workers on a larger machine from the fewest workers k measured, ``b_rayk × k / K`` with ``a_rayk``
 (perfect scaling of the per-row cost, the same start-up: an optimistic model).
 """
@@ -69,7 +73,8 @@ def run_cli(engine: str, data: Path, out: Path, per_shard: int) -> dict:
     if proc.returncode:
         sys.exit(f"packwise pack --engine {engine} failed:\n{proc.stderr[-3000:]}")
     report = json.loads(proc.stdout)
-    return {"wall": wall, "plan_hash": report["plan_hash"], "packs": report["packs"]}
+    work = sum(report["timings"].values())  # read .. write, as the command's own report times them
+    return {"wall": wall, "work": work, "plan_hash": report["plan_hash"], "packs": report["packs"]}
 
 
 def fit(small: tuple[int, float], large: tuple[int, float]) -> tuple[float, float]:
@@ -104,6 +109,7 @@ def main() -> None:
     rep = Report("ray", args)
     sizes = [max(1, args.rows // 4), args.rows]
     walls = {(e, n): [] for e in engines for n in sizes}
+    works = {(e, n): [] for e in engines for n in sizes}
     hashes: dict[int, set[str]] = {n: set() for n in sizes}
     loads = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,18 +124,26 @@ def main() -> None:
                 for e in engines:
                     r = run_cli(e, data[n], Path(tmp) / f"out{next(runs)}", args.packs_per_shard)
                     walls[e, n].append(r["wall"])
+                    works[e, n].append(r["work"])
                     hashes[n].add(r["plan_hash"])
                     print(json.dumps({"engine": e, "rows": n, **r}), file=sys.stderr, flush=True)
     load = f"load {min(loads):.1f}–{max(loads):.1f}"
     med = {k: statistics.median(v) for k, v in walls.items()}
     rep.say(f"\nmedians of {args.repeat} interleaved repeats, whole CLI process ({load})\n")
-    rep.say("| engine | " + " | ".join(f"{n:,} rows: s (spread)" for n in sizes) + " | fixed a s | per row b µs |")
-    rep.say("|---|" + "---:|" * (len(sizes) + 2))
-    lines = {e: fit((sizes[0], med[e, sizes[0]]), (sizes[1], med[e, sizes[1]])) for e in engines}
+    rep.say("| engine | " + " | ".join(f"{n:,} rows: s (spread)" for n in sizes)
+            + " | fixed a s (spread) | per row b µs (spread) | two-point fit a s, b µs |")  # fmt: skip
+    rep.say("|---|" + "---:|" * (len(sizes) + 3))
+    two_point = {e: fit((sizes[0], med[e, sizes[0]]), (sizes[1], med[e, sizes[1]])) for e in engines}
+    lines = {}
     for e in engines:
+        fixed = [w - k for n in sizes for w, k in zip(walls[e, n], works[e, n])]
+        per_row = [k / sizes[1] for k in works[e, sizes[1]]]
+        lines[e] = (statistics.median(fixed), statistics.median(per_row))
         cells = [f"{med[e, n]:.2f} ({min(walls[e, n]):.2f}–{max(walls[e, n]):.2f})" for n in sizes]
-        a, b = lines[e]
-        rep.say(f"| {e} | " + " | ".join(cells) + f" | {a:.2f} | {1e6 * b:.2f} |")
+        cells += [f"{lines[e][0]:.2f} ({min(fixed):.2f}–{max(fixed):.2f})",
+                  f"{1e6 * lines[e][1]:.2f} ({1e6 * min(per_row):.2f}–{1e6 * max(per_row):.2f})",
+                  f"{two_point[e][0]:.2f}, {1e6 * two_point[e][1]:.2f}"]  # fmt: skip
+        rep.say(f"| {e} | " + " | ".join(cells) + " |")
     n = sizes[1]
     for e in engines:
         if e == "local":
@@ -146,7 +160,7 @@ def main() -> None:
             spread=(min(ratios), max(ratios)),
         )
         x = crossover(lines["local"], lines[e])
-        rep.figure(f"rows where {e} passes local (fitted a + b × rows, measured)", x if x is not None else -1.0,
+        rep.figure(f"rows where {e} passes local (a + b × rows from measured costs)", x if x is not None else -1.0,
                    unit="rows", ratio_means="-1: never or unresolved (per-row cost not below local's, or a fit ≤ 0)")  # fmt: skip
     measured = sorted(int(e[3:]) for e in engines if e != "local")
     if measured:  # from the fewest workers measured: its per-row cost shared perfectly among K
@@ -158,7 +172,7 @@ def main() -> None:
                        x if x is not None else -1.0, unit="rows", ratio_means="model; -1: never")  # fmt: skip
     same = all(len(h) == 1 for h in hashes.values())
     rep.figure("same plan hash for every engine and repeat", float(same), unit="", target=">= 1")
-    rep.note(f"fits (a s, b µs/row): {', '.join(f'{e} ({a:.2f}, {1e6 * b:.2f})' for e, (a, b) in lines.items())}")
+    rep.note(f"model (a s, b µs/row): {', '.join(f'{e} ({a:.2f}, {1e6 * b:.2f})' for e, (a, b) in lines.items())}")
     rep.finish()
 
 
