@@ -27,7 +27,7 @@ QUICK = {
 }
 SLOW = {
     "stream": ["--samples", "20000", "--repeat", "1"],  # forks RSS-measuring children
-    "train": ["--samples", "4", "--repeat", "1"],
+    "train": ["--samples", "8", "--warmup", "0", "--repeat", "1"],
     "cli": ["--quick-rows", "20", "--repeat", "1"],
     "ray": ["--rows", "2000", "--repeat", "1"],
     "ray_scaling": ["--rows", "4e3"],
