@@ -28,11 +28,16 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved repeats; figures are medians")
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, dict]:
-    """Run every function ``repeat`` times, interleaved; ``{name: {median, min, max, runs, out}}`` in seconds."""
+def interleaved(
+    fns: dict[str, Callable[[], object]], repeat: int, *, before: Callable[[], object] | None = None
+) -> dict[str, dict]:
+    """Run every function ``repeat`` times, interleaved (A B A B …); ``before`` runs at the start of each
+    repeat (e.g. to note the load). ``{name: {median, min, max, runs, out}}`` in seconds."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     outs: dict[str, object] = {}
     for _ in range(repeat):
+        if before is not None:
+            before()
         for name, fn in fns.items():
             gc.collect()
             t = time.perf_counter()

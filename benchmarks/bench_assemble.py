@@ -1,13 +1,13 @@
 """Assembly benchmark: batch tensors from sequences vs a bare torch.cat of the same columns, one core, one run.
 
-    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--labels random|hf] [--json] [--quick]
+    python benchmarks/bench_assemble.py [--packs 2000] [--batch 8] [--labels hf|random] [--json] [--quick]
 
 Chitchat-like packs: lognormal(6.1, 1.1) lengths clipped to [1, 4096] (chitchat conversations under qwen2.5:
 median 412, mean 884 tokens), planned with BFD at capacity 4096. Each sequence carries ``input_ids``,
-``labels`` and one side column (``mm_token_type_ids``). Labels are random token ids (default; no label is
-negative, so the fused path's negative-label check stops after one ``min``) or, with ``--labels hf``, the
-tokens themselves with -100 on each sequence's first third (prompt-masked SFT labels: the check reads them
-twice more). Tensors come from seeded generators. Baselines, timed interleaved with the paths:
+``labels`` and one side column (``mm_token_type_ids``). Labels are SFT labels (default, ``--labels hf``): the
+tokens themselves with -100 on each sequence's first third, the prompt span (the fused path's label check
+reads them twice more), or, with ``--labels random``, random token ids (no label is negative, so that check
+stops after one ``min``: a flattering case, not the headline). Tensors come from seeded generators. Baselines, timed interleaved with the paths:
 
 - ``torch.cat`` of the same three tensors per pack (the least a pack assembler must do);
 - ``torch.cat`` of the same three tensors per *batch* (the least a batch assembler must do; stricter).
@@ -47,7 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packs", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--labels", choices=("random", "hf"), default="random", help="random token ids, or HF SFT labels")
+    ap.add_argument("--labels", choices=("hf", "random"), default="hf", help="SFT labels (-100 prompts), or random ids")
     ap.add_argument("--rounds", type=int, default=5, help="CPU-time rounds per repeat (after the wall-clock repeats)")
     add_common(ap)
     args = ap.parse_args()

@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="N = 1 M, 2 processes per side, 3 repeats: under a minute")
     args = ap.parse_args()
     if args.quick:
-        args.size, args.processes, args.repeat = "1e6", 2, 3
+        args.size, args.processes, args.repeat = str(min(float(args.size), 1e6)), 2, min(args.repeat, 3)
     n = int(float(args.size))
     code = CHILD.format(bench=str(ROOT / "benchmarks"), n=n, repeat=args.repeat)
     runs: dict[str, list[dict]] = {"base": [], "head": []}

@@ -1,17 +1,29 @@
-"""Ray engine benchmark: pre-tokenized rows packed by the local engine and by ``pack_ray`` on 1 and 2 CPUs.
+"""Ray engine benchmark: ``packwise pack`` through the CLI, local vs ``--engine ray``, start-up included.
 
-    python benchmarks/bench_ray.py                  # 200,000 rows (about 2 minutes on 2 cores)
-    python benchmarks/bench_ray.py --rows 1000000   # the 1 M-row run of issue 11 (about 5 minutes)
+    python benchmarks/bench_ray.py                          # 200,000 and 50,000 rows, local, ray1, ray2, 3 repeats
+    python benchmarks/bench_ray.py --rows 1000000 --repeat 3
+    python benchmarks/bench_ray.py --quick --json
 
-Input: one Parquet file of ``--rows`` rows, ``input_ids`` of lognormal(4.0, 1.0) lengths clipped to
-[1, 2048] (median 55, mean 90 tokens), random ids below 150,000, row groups of 65,536 rows. Each run is a
-fresh process writing the ``packwise pack`` format (BFD, capacity 2048, ``--packs-per-shard`` packs per
-shard). Ray runs start their own local instance (``ray.init`` time reported apart) and warm their workers
-on a 1,000-row slice first, so the wall time is packing, not worker start-up. Driver memory is the
-tracemalloc peak while packing (Python and numpy allocations; modules are imported before tracing) and the
-process's peak RSS. The Ray driver holds per-row lengths and the plan, never tokens: a second ``ray2`` run
-on a quarter of the rows gives the driver's bytes per extra row. Every full-size run must give the same
-plan hash.
+Input: Parquet files of ``--rows`` and ``--rows / 4`` rows, ``input_ids`` of lognormal(4.0, 1.0) lengths
+clipped to [1, 2048] (median 55, mean 90 tokens), random ids below 150,000, row groups of 65,536 rows.
+Each run is the command a user types, a fresh process timed from start to exit — interpreter and imports,
+Ray's start-up (``ray.init`` of a local instance with ``--num-cpus K``, its workers' start) and shutdown
+included::
+
+    packwise pack ROWS.parquet -o OUT --capacity 2048 --packs-per-shard 2000 --no-report --json \\
+        [--engine ray --num-cpus K]
+
+Engines (``--engines``): ``local`` and ``rayK`` (K Ray CPUs), every engine and size interleaved in each of
+``--repeat`` repeats (≥ 3 by default); medians and spreads. Every run of one size must give the same plan
+hash. Where Ray passes local: each engine's wall time is modelled as ``a + b × rows`` from its measured
+costs — ``b``, the per-row cost, is the median of the command's own work time (``timings``: read …
+write, after ``ray.init``; Ray's worker start-up falls in it) per row at the larger size; ``a``, the fixed
+cost, the median over every run of wall − work (interpreter, imports, ``ray.init``, shutdown) — and the
+rows where a Ray engine's line crosses local's, ``(a_ray − a_local) / (b_local − b_ray)``, is reported.
+(A two-point fit of the wall medians at both sizes is printed too; on a loaded machine it is noise.)
+Measured for each K run here, and modelled
+for K workers on a larger machine from the fewest workers k measured, ``b_rayk × k / K`` with ``a_rayk``
+(perfect scaling of the per-row cost, the same start-up: an optimistic model).
 """
 
 from __future__ import annotations
@@ -19,12 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -46,56 +57,40 @@ def make_input(path: Path, rows: int) -> int:
     return int(offsets[-1])
 
 
-def _spin(_) -> float:
-    t, x = time.perf_counter(), 0
-    for i in range(20_000_000):
-        x += i
-    return time.perf_counter() - t
+def command(engine: str, data: Path, out: Path, per_shard: int) -> list[str]:
+    cmd = [sys.executable, "-c", "from packwise.cli import run; run()", "pack", str(data), "-o", str(out)]
+    cmd += ["--capacity", str(CAPACITY), "--packs-per-shard", str(per_shard), "--no-report", "--json"]
+    if engine != "local":
+        cmd += ["--engine", "ray", "--num-cpus", engine[3:]]
+    return cmd
 
 
-def cpu_scaling() -> float:
-    """What 2 processes get on this machine: pure-Python work, 1 vs 2 at once (the ceiling for Ray's ratio)."""
-    import multiprocessing
-
-    one = _spin(0)
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        t = time.perf_counter()
-        pool.map(_spin, [0, 1])
-        return 2 * one / (time.perf_counter() - t)
-
-
-def run_one(engine: str, data: str, out: str, per_shard: int) -> dict:
-    """One engine in this process: wall time, tracemalloc peak and peak RSS of the driver."""
-    import packwise.cli._pack
-    import packwise.integrations.ray
-    import packwise.pipeline  # imported before tracing: modules are not the driver data
-
-    options = {"capacity": CAPACITY, "packs_per_shard": per_shard}
-    init = 0.0
-    if engine.startswith("ray"):
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        import ray
-
-        t = time.perf_counter()
-        ray.init(num_cpus=int(engine[3:]), include_dashboard=False, log_to_driver=False)
-        init = time.perf_counter() - t
-        warm = Path(out).with_name("warm.parquet")
-        pq.write_table(pq.read_table(data).slice(0, 1000), warm)
-        packwise.integrations.ray.pack_ray(str(warm), Path(out).with_name("warm"), overwrite=True, **options)
-    tracemalloc.start()
+def run_cli(engine: str, data: Path, out: Path, per_shard: int) -> dict:
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     t = time.perf_counter()
-    if engine == "local":
-        packed, report = packwise.pipeline.pack_columns(data, capacity=CAPACITY)
-        packwise.pipeline.write_packs(packed, report, out, packs_per_shard=per_shard)
-    else:
-        report = packwise.integrations.ray.pack_ray(data, out, **options)
+    proc = subprocess.run(command(engine, data, out, per_shard), capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - t
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    timings = {k: round(v, 2) for k, v in report.timings.items()}
-    return {"engine": engine, "wall": wall, "init": init, "traced": peak, "rss": rss, "timings": timings,
-            "plan_hash": report.plan_hash, "packs": report.packs, "tokens": report.tokens_packed}  # fmt: skip
+    if proc.returncode:
+        sys.exit(f"packwise pack --engine {engine} failed:\n{proc.stderr[-3000:]}")
+    report = json.loads(proc.stdout)
+    work = sum(report["timings"].values())  # read .. write, as the command's own report times them
+    return {"wall": wall, "work": work, "plan_hash": report["plan_hash"], "packs": report["packs"]}
+
+
+def fit(small: tuple[int, float], large: tuple[int, float]) -> tuple[float, float]:
+    """(a, b) of the line ``a + b × rows`` through two (rows, seconds) points."""
+    (n1, t1), (n2, t2) = small, large
+    b = (t2 - t1) / (n2 - n1)
+    return t1 - b * n1, b
+
+
+def crossover(local: tuple[float, float], ray: tuple[float, float]) -> float | None:
+    """Rows where the Ray line passes local's; None when Ray's per-row cost is not below local's, or a fit
+    is unresolved (a per-row cost ≤ 0: the noise of one machine's load exceeds the rows' cost; use more rows)."""
+    (a_l, b_l), (a_r, b_r) = local, ray
+    if b_l <= 0 or b_r <= 0 or b_r >= b_l:
+        return None
+    return max(0.0, (a_r - a_l) / (b_l - b_r))
 
 
 def main() -> None:
@@ -103,69 +98,81 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--packs-per-shard", type=int, default=2000)
     ap.add_argument("--engines", default="local,ray1,ray2")
-    ap.add_argument("--one", nargs=3, metavar=("ENGINE", "DATA", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--model-workers", default="4,8,16,32", help="K for the modelled crossover (b_ray1 / K)")
     add_common(ap)
     args = ap.parse_args()
-    if args.one:
-        print("RESULT " + json.dumps(run_one(*args.one, args.packs_per_shard)), flush=True)
-        return
     if args.quick:
         args.rows, args.engines = min(args.rows, 20_000), "local,ray2"
+    engines = args.engines.split(",")
+    if "local" not in engines or any(e != "local" and not (e.startswith("ray") and e[3:].isdigit()) for e in engines):
+        sys.exit(f"--engines {args.engines!r}: local plus rayK (K Ray CPUs), e.g. local,ray1,ray2")
     rep = Report("ray", args)
-    rep.note("Each engine runs once, in a fresh process (--repeat does not apply: Ray start-up dominates repeats).")
-    quarter = args.rows // 4
-    ceiling = cpu_scaling()
-    results = []
+    sizes = [max(1, args.rows // 4), args.rows]
+    walls = {(e, n): [] for e in engines for n in sizes}
+    works = {(e, n): [] for e in engines for n in sizes}
+    hashes: dict[int, set[str]] = {n: set() for n in sizes}
+    loads = []
     with tempfile.TemporaryDirectory() as tmp:
-        data, small = Path(tmp) / "rows.parquet", Path(tmp) / "quarter.parquet"
-        tokens = make_input(data, args.rows)
-        make_input(small, quarter)
-        rep.say(f"{args.rows:,} rows, {tokens:,} tokens, {data.stat().st_size / 2**20:.0f} MiB Parquet")
-        runs = [(e, data, args.rows) for e in args.engines.split(",")] + [("ray2", small, quarter)]
-        for engine, path, rows in runs:
-            out = Path(tmp) / f"{engine}-{rows}" / "out"
-            out.parent.mkdir()
-            cmd = [sys.executable, __file__, "--one", engine, str(path), str(out)]
-            cmd += ["--packs-per-shard", str(args.packs_per_shard)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            if proc.returncode or not lines:
-                sys.exit(f"{engine} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-            results.append({**json.loads(lines[0][7:]), "rows": rows})
-            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    full = {r["engine"]: r for r in results[:-1]}
-    rep.say("\n| engine | rows | wall s | ray.init s | driver traced peak MiB | driver peak RSS MiB | packs |")
-    rep.say("|---|---|---|---|---|---|---|")
-    for r in results:
-        row = (r["engine"], f"{r['rows']:,}", f"{r['wall']:.1f}", f"{r['init']:.1f}", f"{r['traced'] / 2**20:.1f}",
-               f"{r['rss'] / 2**20:.0f}", f"{r['packs']:,}")  # fmt: skip
-        rep.say("| " + " | ".join(row) + " |")
-    local = full.get("local")
-    for name, r in full.items():
+        data = {n: Path(tmp) / f"rows-{n}.parquet" for n in sizes}
+        for n in sizes:
+            tokens = make_input(data[n], n)
+            rep.say(f"{n:,} rows, {tokens:,} tokens, {data[n].stat().st_size / 2**20:.1f} MiB Parquet")
+        runs = iter(range(10_000))
+        for _ in range(args.repeat):
+            loads.append(round(os.getloadavg()[0], 2))
+            for n in sizes:
+                for e in engines:
+                    r = run_cli(e, data[n], Path(tmp) / f"out{next(runs)}", args.packs_per_shard)
+                    walls[e, n].append(r["wall"])
+                    works[e, n].append(r["work"])
+                    hashes[n].add(r["plan_hash"])
+                    print(json.dumps({"engine": e, "rows": n, **r}), file=sys.stderr, flush=True)
+    load = f"load {min(loads):.1f}–{max(loads):.1f}"
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    rep.say(f"\nmedians of {args.repeat} interleaved repeats, whole CLI process ({load})\n")
+    rep.say("| engine | " + " | ".join(f"{n:,} rows: s (spread)" for n in sizes)
+            + " | fixed a s (spread) | per row b µs (spread) | two-point fit a s, b µs |")  # fmt: skip
+    rep.say("|---|" + "---:|" * (len(sizes) + 3))
+    two_point = {e: fit((sizes[0], med[e, sizes[0]]), (sizes[1], med[e, sizes[1]])) for e in engines}
+    lines = {}
+    for e in engines:
+        fixed = [w - k for n in sizes for w, k in zip(walls[e, n], works[e, n])]
+        per_row = [k / sizes[1] for k in works[e, sizes[1]]]
+        lines[e] = (statistics.median(fixed), statistics.median(per_row))
+        cells = [f"{med[e, n]:.2f} ({min(walls[e, n]):.2f}–{max(walls[e, n]):.2f})" for n in sizes]
+        cells += [f"{lines[e][0]:.2f} ({min(fixed):.2f}–{max(fixed):.2f})",
+                  f"{1e6 * lines[e][1]:.2f} ({1e6 * min(per_row):.2f}–{1e6 * max(per_row):.2f})",
+                  f"{two_point[e][0]:.2f}, {1e6 * two_point[e][1]:.2f}"]  # fmt: skip
+        rep.say(f"| {e} | " + " | ".join(cells) + " |")
+    n = sizes[1]
+    for e in engines:
+        if e == "local":
+            continue
+        ratios = [r / lo for r, lo in zip(walls[e, n], walls["local", n])]
         rep.figure(
-            f"{name} wall time, {args.rows:,} rows",
-            r["wall"],
+            f"{e} vs local, {n:,} rows, whole CLI process ({load})",
+            med[e, n],
             unit="s",
-            baseline="local engine s" if local else None,
-            baseline_value=local["wall"] if local else None,
-            ratio=local["wall"] / r["wall"] if local else None,
-            ratio_means="local time / engine time (higher is better)",
+            baseline="local engine s",
+            baseline_value=med["local", n],
+            ratio=statistics.median(ratios),
+            ratio_means="median of per-repeat Ray time / local time (below 1: Ray is faster); spread: of those",
+            spread=(min(ratios), max(ratios)),
         )
-    if "ray1" in full and "ray2" in full:
-        rep.figure(
-            "scaling 1 -> 2 Ray workers",
-            full["ray1"]["wall"] / full["ray2"]["wall"],
-            unit="×",
-            baseline="2 busy processes on this machine",
-            baseline_value=ceiling,
-            ratio_means="measured scaling / machine ceiling",
-        )
-    if "ray2" in full:
-        slope = (full["ray2"]["traced"] - results[-1]["traced"]) / (args.rows - quarter)
-        rep.figure(f"Ray driver memory per extra row ({quarter:,} -> {args.rows:,} rows)", slope, unit="bytes",
-                   ratio_means="absolute")  # fmt: skip
-    same = len({r["plan_hash"] for r in results[:-1]}) == 1
-    rep.figure("same plan hash in every full-size run", int(same), unit="bool", met=same, ratio_means="absolute")
+        x = crossover(lines["local"], lines[e])
+        rep.figure(f"rows where {e} passes local (a + b × rows from measured costs)", x if x is not None else -1.0,
+                   unit="rows", ratio_means="-1: never or unresolved (per-row cost not below local's, or a fit ≤ 0)")  # fmt: skip
+    measured = sorted(int(e[3:]) for e in engines if e != "local")
+    if measured:  # from the fewest workers measured: its per-row cost shared perfectly among K
+        k0 = measured[0]
+        a0, b0 = lines[f"ray{k0}"]
+        for k in (int(k) for k in args.model_workers.split(",") if k):
+            x = crossover(lines["local"], (a0, b0 * k0 / k))
+            rep.figure(f"rows where Ray on {k} workers passes local (modelled: b_ray{k0} × {k0} / {k}, a_ray{k0})",
+                       x if x is not None else -1.0, unit="rows", ratio_means="model; -1: never")  # fmt: skip
+    same = all(len(h) == 1 for h in hashes.values())
+    rep.figure("same plan hash for every engine and repeat", float(same), unit="", target=">= 1")
+    rep.note(f"model (a s, b µs/row): {', '.join(f'{e} ({a:.2f}, {1e6 * b:.2f})' for e, (a, b) in lines.items())}")
     rep.finish()
 
 

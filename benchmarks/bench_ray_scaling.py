@@ -143,7 +143,7 @@ def same_files(a: str, b: str) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", default="1e6,4e6,16e6")
+    ap.add_argument("--rows", help="comma-separated row counts (default 1e6,4e6,16e6; --quick: 1e5,4e5)")
     ap.add_argument("--cpus", default="1,2")
     ap.add_argument("--local-upto", type=float, default=4e6, help="also run the local engine up to this size")
     ap.add_argument("--inputs", help="keep the generated input files in this folder (reused when present)")
@@ -159,7 +159,8 @@ def main() -> None:
         print(json.dumps(run_local(*args.local)))
         return
     if args.quick:
-        args.rows, args.cpus, args.local_upto = "1e5,4e5", "1", 4e5
+        args.rows, args.cpus, args.local_upto = args.rows or "1e5,4e5", "1", 4e5
+    args.rows = args.rows or "1e6,4e6,16e6"
     args.repeat = 1
     rep = Report("ray_scaling", args)
     private: dict[int, list[tuple[int, int]]] = {}

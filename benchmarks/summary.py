@@ -1,14 +1,14 @@
 """Run every benchmark once and write its figures into the READMEs: the numbers there come from one run.
 
     python benchmarks/summary.py [--benches plan,assemble,stream,cli,train,plan_histogram,ray,ray_scaling]
-                                 [--repeat 3] [--dry-run] [--save run.json] [--load run.json]
+                                 [--repeat 3] [--write] [--save run.json] [--load run.json]
 
 Each script runs in its own process with ``--json`` (``--quick``, except ``bench_cli.py``, which packs the
 full default data: its target is set on it). The figures that carry a target or a baseline measured in the
 same run go into ``benchmarks/README.md`` (a table per script) and the targeted ones into ``README.md``
 (one line each), between ``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->``, with the date, the
-machine and its load average. ``--dry-run`` prints the tables instead of writing them; ``--save`` keeps the
-raw JSON of the run and ``--load`` writes the READMEs from such a file without running anything.
+machine and its load average — only with ``--write``: without it the tables are printed and no file
+changes. ``--save`` keeps the raw JSON of the run and ``--load`` reads such a file instead of running.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--benches", default=",".join(BENCHES))
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--write", action="store_true", help="write the tables into README.md and benchmarks/README.md")
     ap.add_argument("--save")
     ap.add_argument("--load")
     args = ap.parse_args()
@@ -109,8 +109,9 @@ def main() -> None:
     if not results:
         sys.exit("no benchmark ran")
     results[0].setdefault("machine", machine())
-    if args.dry_run:
+    if not args.write:
         print(bench_section(results), readme_section(results), sep="\n\n")
+        print("(printed only; --write puts them into the READMEs)", file=sys.stderr)
         return
     replace(ROOT / "benchmarks" / "README.md", bench_section(results))
     replace(ROOT / "README.md", readme_section(results))

@@ -16,7 +16,7 @@ from rich.markup import escape
 from ..config import PackingConfig
 from ..files import Format, OutputDir, check_input_path, loads_unique
 from ..pipeline import Overflow, PackReport, chitchat_input, pack_columns, write_packs
-from ..report import plot_dependency_error, write_report
+from ..report import plot_dependency_error, preload, write_report
 from ..text import LossOn
 from ._console import err, out, progress_bars, report_table
 from ._options import ALGORITHM_HELP, DEFAULTS, MULTIMODAL_FLAGS, Engine
@@ -149,6 +149,8 @@ def pack(
     with dest if dest is not None else nullcontext(), progress_bars(quiet or json_out) as progress:
         for note in dest.notes if dest is not None else []:  # locked and checked before the work
             err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        if write_report_files and dest is not None:
+            preload()  # matplotlib imports on a thread while the tokenizer runs (issue 29: the report's cost)
         if engine == "ray":
             report = _pack_on_ray(input_path, output if dest is None else dest, cfg, input_format=input_format,
                                   packs_per_shard=packs_per_shard, overwrite=overwrite, num_cpus=num_cpus,

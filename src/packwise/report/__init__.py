@@ -25,7 +25,7 @@ from ._files import (  # noqa: F401
     write_report,
 )
 from ._inspect import pack_view, render_pack  # noqa: F401
-from ._plots import PLOT_FILES, plot_dependency_error  # noqa: F401
+from ._plots import PLOT_FILES, plot_dependency_error, preload  # noqa: F401
 from ._stats import PackStats, read_pack_stats  # noqa: F401
 
 __all__ = ["compare_plans", "write_report"]

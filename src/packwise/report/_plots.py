@@ -1,12 +1,15 @@
 """The report's PNG plots (matplotlib, imported lazily; the ``plot`` extra).
 
 Figures are drawn with matplotlib's object API on an Agg canvas: no pyplot, no global backend switch, so
-writing a report never changes the backend of the caller's interactive session.
+writing a report never changes the backend of the caller's interactive session. Margins are fixed (no
+constrained or tight layout: measuring every label cost about as much as drawing the figure, issue 29), and
+``packwise pack`` imports matplotlib on a background thread while it tokenizes (:func:`preload`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +29,11 @@ PLOT_TITLES = {
     "report-tokens.png": "Tokens processed",
     "report-speedup.png": "Speed-up ceiling",
 }
-SIZE_IN, DPI = (7.0, 4.2), 110
+SIZE_IN, DPI = (7.0, 4.2), 100
+#: Fixed subplot margins (fractions of the figure): room for 6-character tick labels and the axis labels.
+MARGINS = {"left": 0.12, "right": 0.97, "bottom": 0.13, "top": 0.92}
+#: Titles at a fixed height: with ``y`` given, matplotlib skips placing them by measuring the axes again.
+TITLE = {"y": 1.0}
 PACKED, BASE, CAP, EDGE = "#2a9d8f", "#8d99ae", "#d62828", "#264653"
 
 
@@ -44,12 +51,42 @@ def plot_dependency_error() -> str | None:
     return None
 
 
+def _import_matplotlib() -> None:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+        from matplotlib.figure import Figure  # noqa: F401
+        from matplotlib.ticker import EngFormatter, MaxNLocator  # noqa: F401
+    except ImportError:  # plot_dependency_error() says so when the plots are drawn
+        pass
+
+
+def preload() -> threading.Thread:
+    """Import matplotlib (about 1 s of CPU, most of a report's cost) on a daemon thread, started while the
+    caller does other work (``packwise pack`` starts it before tokenizing, whose Rust threads release the
+    GIL); :func:`write_plots` joins it. Without matplotlib the thread just ends.
+
+    Example:
+        >>> t = preload()
+        >>> t.join(); t.is_alive()
+        False
+    """
+    global _PRELOAD
+    thread = threading.Thread(target=_import_matplotlib, name="packwise-plot-import", daemon=True)
+    thread.start()
+    _PRELOAD = thread
+    return thread
+
+
+_PRELOAD: threading.Thread | None = None
+
+
 def _figure():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
+    fig = Figure(figsize=SIZE_IN, dpi=DPI)
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(**MARGINS)
     return fig, fig.add_subplot()
 
 
@@ -83,7 +120,7 @@ def plot_lengths(report, stats: PackStats):
         ax.text(0.02, 0.97, f"{report.samples_truncated:,} truncated, {report.samples_split:,} split at C",
                 transform=ax.transAxes, va="top", fontsize=9)  # fmt: skip
     mean = stats.seq_lengths.mean() if n else 0.0
-    ax.set_title(f"Packed sequence lengths — mean {mean:,.1f} tokens")
+    ax.set_title(f"Packed sequence lengths — mean {mean:,.1f} tokens", **TITLE)
     ax.set_xlabel(f"tokens per sequence (bins of {edges[1] - edges[0]:,})")
     ax.set_ylabel("sequences")
     ax.set_xlim(0, c * 1.04)
@@ -100,7 +137,7 @@ def plot_fill(report, stats: PackStats):
     ax.axvline(m.utilisation, color=EDGE, linestyle=":", linewidth=1.6,
                label=f"utilisation {m.utilisation:.4f}")  # fmt: skip
     ax.axvline(1.0, color=CAP, linestyle="--", linewidth=1.6, label=f"full = {c:,} tokens")
-    ax.set_title(f"Pack fill — min {m.fill_min:.3f}, balance {m.fill_balance:.3f}")
+    ax.set_title(f"Pack fill — min {m.fill_min:.3f}, balance {m.fill_balance:.3f}", **TITLE)
     ax.set_xlabel("pack fill (tokens per pack / capacity)")
     ax.set_ylabel("packs")
     ax.set_xlim(0, 1.04)
@@ -120,11 +157,11 @@ def plot_tokens(report):
     ax.bar_label(bars, labels=labels, padding=3, fontsize=9)
     ax.axhline(real, color=CAP, linestyle="--", linewidth=1.6, label=f"real tokens T = {real:,}")
     ax.set_ylim(0, max([*values, real, 1]) * 1.25)
-    ax.set_title(f"Tokens processed — {m.num_sequences:,} sequences in {m.num_packs:,} packs")
+    ax.set_title(f"Tokens processed — {m.num_sequences:,} sequences in {m.num_packs:,} packs", **TITLE)
     ax.set_ylabel("tokens")
-    from matplotlib.ticker import StrMethodFormatter
+    from matplotlib.ticker import EngFormatter
 
-    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_major_formatter(EngFormatter(sep=" "))  # 17.5 M: short labels fit the fixed left margin
     ax.legend(loc="upper left", fontsize=9)
     return fig
 
@@ -151,7 +188,7 @@ def plot_speedup(report):
     y_top = max(3.0, *(p[2] for p in points), *(p[3] for p in points)) * 1.3
     ax.set_ylim(0.8, y_top)
     ax.set_xlim(0, w_max)
-    ax.set_title(f"Speed-up ceiling — utilisation {m.utilisation:.4f}")
+    ax.set_title(f"Speed-up ceiling — utilisation {m.utilisation:.4f}", **TITLE)
     ax.set_xlabel("waste of the baseline (padding / tokens processed)")
     ax.set_ylabel("speed-up (tokens processed)")
     ax.legend(loc="upper left", fontsize=8)
@@ -164,6 +201,8 @@ def write_plots(out_dir, report, stats: PackStats) -> list[Path]:
     Raises:
         ImportError: matplotlib is missing (check :func:`plot_dependency_error` first).
     """
+    if _PRELOAD is not None:
+        _PRELOAD.join()  # matplotlib half-imported on the other thread: wait for it, never race it
     out_dir = Path(out_dir)
     figures = {
         "lengths": lambda: plot_lengths(report, stats),

@@ -68,11 +68,27 @@ def read_pack_stats(path) -> PackStats:
         with pq.ParquetFile(f) as pf:  # not pq.read_table: it imports pyarrow.dataset (and pandas), ~1.5 s
             column = pf.read(columns=["seq_lengths"]).column("seq_lengths")
         for chunk in column.chunks:
-            flats.append(chunk.flatten().to_numpy(zero_copy_only=False).astype(np.int64))
-            counts.append(chunk.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64))
+            if chunk.null_count or chunk.flatten().null_count:
+                raise ValueError(f"{f}: seq_lengths holds nulls; re-write it with `packwise pack`")
+            flats.append(_ints(chunk.flatten(), f))
+            counts.append(np.diff(_ints(chunk.offsets, f)))
     flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
     count = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
     return PackStats(seq_lengths=flat, pack_tokens=_pack_sums(flat, count), pack_sequences=count)
+
+
+def _ints(arr, source) -> np.ndarray:
+    """A null-free integer pyarrow Array as int64, read from its data buffer (``Array.to_numpy`` imports
+    pandas: about 1.5 s of a report's cost, issue 29)."""
+    import pyarrow as pa
+
+    if not pa.types.is_integer(arr.type):
+        raise ValueError(f"{source}: seq_lengths holds {arr.type}, not integers; re-write it with `packwise pack`")
+    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(arr.type) else 'u'}{arr.type.bit_width // 8}")
+    data = arr.buffers()[1]
+    if data is None or not len(arr):
+        return np.zeros(0, dtype=np.int64)
+    return np.frombuffer(data, dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize).astype(np.int64)
 
 
 def check_stats(stats: PackStats, report, path) -> None:
