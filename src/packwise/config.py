@@ -349,6 +349,31 @@ class PackingConfig(ConfigBuilders, _Frozen):
         out["alignment"] = self.resolved_alignment
         return out
 
+    def pack_unapplied(self) -> list[str]:
+        """The keys set away from their defaults that ``packwise pack`` does not apply: pack writes unshifted HF
+        packs of at most ``capacity`` tokens, offline; ``labels``, ``fixed_width``, ``layout``, ``emit``,
+        ``loss_reduction``, ``buffer_size``, ``consumer`` and ``topology.pp`` configure the loaders, collators
+        and losses that read the packs (``cfg.collator()``, ``cfg.loader()``, ...), never the files. ``pack``
+        refuses a config holding them (naming each) rather than ignore them.
+
+        Example:
+            >>> PackingConfig(labels="shifted", fixed_width=True, topology={"pp": 2}).pack_unapplied()
+            ['fixed_width=True', "labels='shifted'", 'topology.pp=2']
+            >>> PackingConfig(capacity=64, topology={"cp": 2}).pack_unapplied()  # cp: applied as the alignment
+            []
+        """
+        default = type(self)()
+        out = []
+        for key in ("labels", "fixed_width", "layout", "loss_reduction", "buffer_size"):
+            if getattr(self, key) != getattr(default, key):
+                out.append(f"{key}={getattr(self, key)!r}")
+        for section in ("emit", "consumer"):
+            mine, base = getattr(self, section), getattr(default, section)
+            out += [f"{section}.{k}={v!r}" for k, v in mine.model_dump().items() if v != getattr(base, k)]
+        if self.topology.pp != 1:
+            out.append(f"topology.pp={self.topology.pp}")
+        return sorted(out)
+
     def pipeline_kwargs(self) -> dict:
         """Keyword arguments for :func:`packwise.pipeline.pack_columns`."""
         from .multimodal import VisionSpec

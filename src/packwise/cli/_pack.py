@@ -145,6 +145,12 @@ def pack(
         cfg = PackingConfig.from_file(config, **options)
     else:
         cfg = PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
+    if config and (unapplied := cfg.pack_unapplied()):  # every key pack reads is applied or refused
+        raise ValueError(
+            f"--config {config}: {', '.join(unapplied)} configure(s) the loaders and collators that read the packs, "
+            "not packwise pack (it writes unshifted HF packs of at most --capacity tokens); remove them from the "
+            "file you pass to pack, and give them to the loader (PackingConfig(...).collator() / .loader())"
+        )
     if input_path is not None and not remote_in:
         check_input_path(input_path)  # before the output is created: a refused input leaves nothing behind
     if remote_out:  # pack_ray checks the prefix is empty and commits it marker-last (integrations/_ray_fs.py)

@@ -137,6 +137,18 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
             tables.append(_read_parquet(f) if fmt == "parquet" else _read_arrow(f))
         except (pa.ArrowException, OSError) as e:
             raise ValueError(f"input {path}: {f.name} cannot be read as {fmt} ({e}); replace or remove it") from e
+    for f, t in zip(files[1:], tables[1:]):  # a column only some files hold would be null-filled in the others
+        if set(t.column_names) != set(tables[0].column_names):
+            only_here = sorted(set(t.column_names) - set(tables[0].column_names))
+            only_first = sorted(set(tables[0].column_names) - set(t.column_names))
+            what = f"has column(s) {only_here} that {files[0].name} lacks" if only_here else (
+                f"lacks column(s) {only_first} that {files[0].name} has"
+            )  # fmt: skip
+            raise ValueError(
+                f"input {path}: {f.name} {what} (a mixed-schema folder: the other files' rows would get nulls); "
+                "every file of a dataset needs the same columns — add or drop the column(s), or pack the files "
+                "separately"
+            )
     try:
         table = pa.concat_tables(tables, promote_options="default")
     except pa.ArrowException as e:
