@@ -8,6 +8,8 @@ name JSONL rows by their 1-based line number.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -235,6 +237,32 @@ def from_rows(rows, *, name: str = "rows") -> RawInput:
     return RawInput(
         name=name, kind=detect_kind(rows[0].keys(), f"{name} row 0"), rows=rows, fingerprint=h.hexdigest()[:16]
     )
+
+
+def without_fields(raw: RawInput, names) -> tuple[RawInput, int]:
+    """``raw`` with the top-level fields ``names`` removed from every row (``drop_fields``), and how many
+    non-null values were removed (the report's ``field_values_dropped``). Fields no row holds drop nothing.
+
+    Example:
+        >>> raw = from_rows([{"input_ids": [1, 2], "id": "a"}, {"input_ids": [3], "id": None}])
+        >>> kept, n = without_fields(raw, ["id"])
+        >>> kept.rows, n
+        ([{'input_ids': [1, 2]}, {'input_ids': [3]}], 1)
+    """
+    names = set(names)
+    if not names:
+        return raw, 0
+    if raw.table is not None:
+        gone = [c for c in raw.table.column_names if c in names]
+        count = sum(raw.table.num_rows - raw.table.column(c).null_count for c in gone)
+        return dataclasses.replace(raw, table=raw.table.drop_columns(gone)), count
+    rows, count = [], 0
+    for row in raw.rows:
+        if row is not None and not names.isdisjoint(row):
+            count += sum(row[k] is not None for k in names & row.keys())
+            row = {k: v for k, v in row.items() if k not in names}
+        rows.append(row)
+    return dataclasses.replace(raw, rows=rows), count
 
 
 def _from_table(table: pa.Table, name: str) -> RawInput:
