@@ -151,7 +151,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
             guard; ``varlen_only`` -> rules); ``multimodal``: image sizing (offline pipeline).
 
         tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
-        skip_bad_rows: as in ``packwise pack``.
+        skip_bad_rows, drop_fields (``--drop-field``): as in ``packwise pack``.
 
     Builders (see :class:`packwise._build.ConfigBuilders`): ``plan_kwargs``, ``assemble_kwargs``,
     ``collate_kwargs``, ``pipeline_kwargs``, ``assemble``, ``collator``, ``data_collator``, ``stream``,
@@ -195,6 +195,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
     min_packs: int | None = Field(None, ge=0, strict=True)
     pack_count_multiple: int | None = Field(None, ge=1, strict=True)
     skip_bad_rows: bool = False
+    drop_fields: list[str] = Field(default_factory=list)
 
     @field_validator("algorithm")
     @classmethod
@@ -397,6 +398,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 media_root=self.multimodal.media_root,
             ),
             **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
+            **({"drop_fields": tuple(self.drop_fields)} if self.drop_fields else {}),
         }
 
 

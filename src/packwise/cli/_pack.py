@@ -63,6 +63,10 @@ def pack(
         str | None, typer.Option("--format", help="jsonl | parquet | hf (default: from the path).")
     ] = None,
     skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed rows instead of failing.")] = False,
+    drop_fields: Annotated[
+        list[str] | None,
+        typer.Option("--drop-field", help="Drop this top-level field from every row (repeatable; counted)."),
+    ] = None,
     max_sequences_per_pack: Annotated[int | None, typer.Option(help="At most this many sequences per pack.")] = None,
     min_packs: Annotated[int | None, typer.Option(help="At least this many packs (split the fullest).")] = None,
     pack_count_multiple: Annotated[int | None, typer.Option(help="Pack count a multiple of this (DP ranks).")] = None,
@@ -205,7 +209,7 @@ def pack(
 CONFIG_FLAGS = (
     "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
     "max_sequences_per_pack", "min_packs", "pack_count_multiple", "alignment", "min_pixels", "max_pixels",
-    "media_root",
+    "media_root", "drop_fields",
 )  # fmt: skip
 
 

@@ -9,7 +9,6 @@ name JSONL rows by their 1-based line number.
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 from dataclasses import dataclass, field

@@ -52,9 +52,10 @@ class PackOptions:
     same bad option with the same message.
 
     ``capacity`` is C, tokens per pack; ``alignment`` plans each sequence at its length rounded up to this
-    multiple (so the longest sequence that fits is :attr:`fit_capacity`). ``drop_fields``: top-level fields removed
-    from every row before it is read (metadata such as ``id``, ``source``; counted in the report). The other fields are the keywords
-    of :func:`packwise.pipeline.pack_dataset` (``PackingConfig.pipeline_kwargs()`` gives them all).
+    multiple (so the longest sequence that fits is :attr:`fit_capacity`). ``drop_fields``: top-level fields
+    removed from every row before it is read (metadata such as ``id``, ``source``; counted in the report). The
+    other fields are the keywords of :func:`packwise.pipeline.pack_dataset` (``PackingConfig.pipeline_kwargs()``
+    gives them all).
 
     Raises:
         ValueError: a value out of range or an unknown choice, naming the value and what is allowed.

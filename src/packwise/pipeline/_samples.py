@@ -237,7 +237,10 @@ def tokenize_rows(
 
 
 #: Top-level fields each text input kind reads (``tools`` is refused by name; ``images`` in prompt/completion too).
-TEXT_FIELDS = {"messages": ("messages", "images", "tools"), "prompt_completion": ("prompt", "completion", "images", "tools")}
+TEXT_FIELDS = {
+    "messages": ("messages", "images", "tools"),
+    "prompt_completion": ("prompt", "completion", "images", "tools"),
+}
 
 
 def check_row_fields(row: dict, kind: str, where: str) -> None:

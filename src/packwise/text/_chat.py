@@ -186,7 +186,11 @@ def _encode_chats(
         for j, enc in enumerate(backend.encode_batch(texts, add_special_tokens=False)):
             try:
                 check_rendered(batch[j], texts[j], where(lo + j))
-                off = _untrained(batch[j], spans[j], skip_assistant_turns, lo + j, where) if loss_on == "assistant" else []
+                off = (
+                    _untrained(batch[j], spans[j], skip_assistant_turns, lo + j, where)
+                    if loss_on == "assistant"
+                    else []
+                )
             except BadRow as e:
                 if on_bad is None:
                     raise

@@ -160,8 +160,6 @@ def plain_data(value):
     return f"<{kind.__name__}>"
 
 
-
-
 def alias_reasoning(chat: list) -> list:
     """Messages whose reasoning is under one of :data:`REASONING_FIELDS` (the first not None) also carry it as
     ``thinking`` (first key) and ``reasoning_content`` (last key); other messages are unchanged."""
