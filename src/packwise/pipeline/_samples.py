@@ -110,6 +110,7 @@ def tokenize_rows(
         encode_checked_chats,
         encode_prompt_completion,
         special_token_pattern,
+        template_renderer,
         untrained,
     )
 
@@ -117,6 +118,7 @@ def tokenize_rows(
     literal = special_token_pattern(tokenizer)  # typed special tokens: a bad row (skippable), checked per row
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     renders_calls = isinstance(template, str) and "tool_calls" in template
+    render = template_renderer(tokenizer, chat_template)  # a message field the render ignores is refused
     rows = raw.rows if raw.rows is not None else raw.table.to_pylist()  # every column: each is read or refused
     chats, chat_rows, skips, texts, text_rows = [], [], [], [], []
     refs_of: dict[int, list] = {}
@@ -140,7 +142,7 @@ def tokenize_rows(
                         "(--loss-on all)",
                     )  # fmt: skip
                 check_row(msgs, literal, where)
-                check_message_fields(msgs, template, where, "messages", loss_on=loss_on)
+                check_message_fields(msgs, render, where, "messages", loss_on=loss_on)
                 _some_loss(msgs, untrained, 0, where, "messages", loss_on)
                 if _multimodal(row):
                     msgs, refs_of[i] = _expand(row, raw, vision, tokenizer, where)
@@ -160,8 +162,8 @@ def tokenize_rows(
             elif isinstance(row.get("prompt"), list) and isinstance(row.get("completion"), list):
                 prompt = _chat(row, "prompt", where)
                 completion = _chat(row, "completion", where)
-                check_message_fields(prompt, template, where, "prompt", loss_on=loss_on, first_trained=len(prompt))
-                check_message_fields(completion, template, where, "completion", loss_on=loss_on)
+                check_message_fields(prompt, render, where, "prompt", loss_on=loss_on, first_trained=len(prompt))
+                check_message_fields(completion, render, where, "completion", loss_on=loss_on)
                 _some_loss(completion, untrained, 0, where, "completion", loss_on)
                 chat = prompt + completion
                 check_row(chat, literal, where)

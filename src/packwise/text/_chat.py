@@ -82,6 +82,16 @@ def _untrained(chat: list[dict], spans, skips, i: int, where) -> list[bool]:
     return [k < skip or z for k, z in enumerate(zero)]
 
 
+def template_renderer(tokenizer, chat_template: str | None):
+    """``render(messages) -> str`` with ``chat_template`` (default the tokenizer's own) in the budgeted sandbox,
+    as :func:`encode_chats` renders; None when there is no template (``encode_chats`` refuses that)."""
+    template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    if not template:
+        return None
+    kwargs = _template_kwargs(tokenizer)
+    return lambda chat: _render([chat], template, kwargs, spans=False)[0]
+
+
 def _token_span(enc, start: int, end: int) -> tuple[int, int] | None:
     """Tokens ``[t0, t1)`` covering the characters ``[start, end)``: from the first character inside a token to
     the last (usually the span's own ends, tried first without building a generator)."""

@@ -4,20 +4,18 @@ the row is refused naming it.
 - ``role`` and ``content`` are always read; ``tool_calls`` are checked by the pipeline (a template that never
   reads them is refused there);
 - reasoning (``reasoning_content``, ``thinking`` or ``reasoning``, offered to the template under the first two
-  names, as transformers does) is refused when the template reads neither name, and — like every message's
+  names, as transformers does) is refused when the render is the same without it, and — like every message's
   content — when the rendered text does not hold it (a template that renders reasoning only for the last turn,
   or skips system turns): :func:`check_rendered`;
 - ``weight`` (TRL/OpenAI fine-tuning data: 0 = the turn carries no loss, 1 = it does) is honoured on the
   assistant turns that would carry loss (0 takes it away) and refused where it asks for something else
   (``1`` on a turn without loss, a value other than 0/1, ``0`` with ``loss_on="all"``);
-- any other field is read only if the template names it (``name``, ``tool_call_id``, ...); else refused.
+- any other field (``name``, ``tool_call_id``, ...) is refused when the render is the same without it.
 
 A null field (a Parquet struct's unused member) is an absent one.
 """
 
 from __future__ import annotations
-
-import re
 
 from ..files import BadRow
 
@@ -25,53 +23,58 @@ from ..files import BadRow
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 #: Fields every template reads or the pipeline checks itself.
 CORE_FIELDS = frozenset(("role", "content", "tool_calls", "function_call"))
-DROP_FIX = "drop it from the data, or pass drop_fields=[{name!r}] (--drop-field {name}) to drop and count it"
+DROP_FIX = "remove {name!r} from the messages (drop_fields drops top-level fields only)"
 
 
-def _reads(template: str, name: str) -> bool:
-    """Whether the template text names ``name`` as a key or attribute (``.name``, ``['name']``, ``"name"``)."""
-    return re.search(rf"(\.{name}\b|\[\s*['\"]{name}['\"]\s*\]|['\"]{name}['\"])", template) is not None
+def _renders(render, msgs: list[dict], j: int, name: str) -> bool:
+    """Whether the rendered conversation changes when message ``j`` loses field ``name`` (taken from the render
+    itself, never from the template's text)."""
+    if render is None:
+        return True  # no template: refused when encoding
+    without = [dict(m) for m in msgs]
+    del without[j][name]
+    return render(msgs) != render(without)
 
 
 def check_message_fields(
-    msgs: list[dict], template: str | None, where: str, key: str, *, loss_on: str, first_trained: int = 0
+    msgs: list[dict], render, where: str, key: str, *, loss_on: str, first_trained: int = 0
 ) -> None:
     """Refuse (:class:`BadRow`) a message field the template would drop or a ``weight`` that cannot be honoured.
 
-    ``key`` names the list in errors (``messages``, ``prompt``, ``completion``); ``first_trained``: messages
-    before it carry no loss whatever their role (the prompt of prompt/completion data).
+    ``render(messages) -> str`` renders with the run's chat template; ``key`` names the list in errors
+    (``messages``, ``prompt``, ``completion``); ``first_trained``: messages before it carry no loss whatever their
+    role (the prompt of prompt/completion data).
 
     Example:
         >>> msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo", "thinking": "hm"}]
-        >>> check_message_fields(msgs, "{{ messages[0].content }}", "row 0", "messages", loss_on="assistant")
+        >>> render = lambda chat: "".join(m["content"] for m in chat)
+        >>> check_message_fields(msgs, render, "row 0", "messages", loss_on="assistant")
         Traceback (most recent call last):
         ...
-        packwise.files._read.BadRow: row 0: field 'messages[1].thinking' is reasoning, which the chat template \
-never renders (it reads neither reasoning_content nor thinking), so it would be dropped; use a template that \
-renders reasoning, or drop it from the data, or pass drop_fields=['thinking'] (--drop-field thinking) to drop \
-and count it
+        packwise.files._read.BadRow: row 0: field 'messages[1].thinking' is reasoning, which the chat template does \
+not render (the render is the same without it), so it would be dropped; use a template that renders reasoning, \
+or remove 'thinking' from the messages (drop_fields drops top-level fields only)
     """
-    text = template or ""
     for j, m in enumerate(msgs):
         for name, value in m.items():
             if value is None or name in CORE_FIELDS:
                 continue
             field = f"{key}[{j}].{name}"
-            if name in REASONING_FIELDS:
-                if not (_reads(text, "reasoning_content") or _reads(text, "thinking")):
-                    raise BadRow(
-                        where, field, "is reasoning, which the chat template never renders (it reads neither "
-                        "reasoning_content nor thinking), so it would be dropped",
-                        "use a template that renders reasoning, or " + DROP_FIX.format(name=name),
-                    )  # fmt: skip
+            if name == "weight":
+                _check_weight(value, m["role"] == "assistant" and j >= first_trained, loss_on, where, field)
+            elif name in REASONING_FIELDS:
                 if not isinstance(value, str):
                     raise BadRow(where, field, f"is a {type(value).__name__}, expected the reasoning text")
-            elif name == "weight":
-                _check_weight(value, m["role"] == "assistant" and j >= first_trained, loss_on, where, field)
-            elif not _reads(text, name):
+                if not _renders(render, msgs, j, name):
+                    raise BadRow(
+                        where, field, "is reasoning, which the chat template does not render (the render is the "
+                        "same without it), so it would be dropped",
+                        "use a template that renders reasoning, or " + DROP_FIX.format(name=name),
+                    )  # fmt: skip
+            elif not _renders(render, msgs, j, name):
                 raise BadRow(
-                    where, field, f"is never read by the chat template (it does not name {name!r}), so it would "
-                    "not reach the packs", DROP_FIX.format(name=name),
+                    where, field, "is not rendered by the chat template (the render is the same without it), so "
+                    "it would not reach the packs", DROP_FIX.format(name=name),
                 )  # fmt: skip
 
 
