@@ -255,3 +255,21 @@ def test_a_template_that_skips_system_turns_is_refused():
         pack_dataset(rows, capacity=64, chat_template=skips)
     _, report = pack_dataset(rows, capacity=64, chat_template=skips, skip_bad_rows=True)
     assert (report.rows_skipped, report.samples) == (1, 1)
+
+
+def test_vision_markers_in_an_assistant_turn_are_never_targets(tmp_path):
+    import json
+
+    from PIL import Image
+
+    from packwise.multimodal import VisionSpec
+
+    Image.new("RGB", (56, 56), "red").save(tmp_path / "red.png")
+    reply = [{"type": "image", "path": "red.png"}, {"type": "text", "text": "red"}]
+    row = {"messages": [U, {"role": "assistant", "content": reply}]}
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    table, report = pack_dataset(tmp_path / "d.jsonl", capacity=64, vision=VisionSpec(max_pixels=56 * 56))
+    tok = load_tokenizer("qwen2.5")
+    targets = [t for t in table.column("labels")[0].as_py() if t != -100]
+    assert tok.decode(targets) == "red<|im_end|>"  # not <|vision_start|> / <|vision_end|> (ids 151652, 151653)
+    assert report.loss_tokens_read == 2
