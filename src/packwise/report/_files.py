@@ -137,10 +137,11 @@ def report_markdown(data: dict) -> str:
         ),
         "## Token accounting",
         "",
-        f"{_noun(r['rows_read'], 'row')} read, {_n(r['rows_skipped'])} skipped (bad), {_noun(r['samples'], 'sample')}; "
-        f"{_n(r.get('packs_without_loss', 0))} of {_n(r['packs'])} packs hold no loss token"
+        f"{_noun(r['rows_read'], 'row')} read, {_n(r['rows_skipped'])} skipped (bad), {_noun(r['samples'], 'sample')}.",
+        "",
+        f"Packs without a loss token: {_n(r.get('packs_without_loss', 0))} of {_n(r['packs'])}"
         + (
-            f"; fields dropped: {', '.join(r['drop_fields'])} ({_n(r['field_values_dropped'])} values)."
+            f"; fields dropped: {', '.join(r['drop_fields'])} ({_noun(r['field_values_dropped'], 'value')})."
             if r.get("drop_fields")
             else "."
         ),
