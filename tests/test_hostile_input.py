@@ -51,16 +51,24 @@ def test_template_file_of_any_name_is_read_and_missing_paths_refused(tmp_path, w
 
 
 def test_template_that_renders_no_assistant_reply_is_an_error(tmp_path, write_jsonl, capsys):
+    """A template that renders the first message only: it ignores the generation prompt (refused with loss on the
+    assistant turns), and drops the reply's text (refused with --loss-on all too: issue 28)."""
     data = write_jsonl([CHAT, CHAT])
     rc, err = run(capsys, "pack", data, "-o", tmp_path / "o", "--chat-template", "{{ messages[0].content }}")
     assert (rc, err) == (
         1,
-        "error: the chat template marks no assistant tokens in any of the 2 conversations with assistant turns "
-        f"(first: {data} line 1): it does not render the assistant replies, so nothing would be trained on; check "
-        "--chat-template (is it the template, not a file name?), or pass loss_on='all'",
+        f"error: {data} line 1: the chat template ignores add_generation_prompt (the conversation before assistant "
+        "message 1 renders the same with and without it), so where the reply starts cannot be told from the render "
+        "(the role header would carry loss); use a template that renders the generation prompt, or one with "
+        "{% generation %} blocks (chat_template='chatml'), or loss_on='all'",
     )
-    assert run(capsys, "pack", data, "-o", tmp_path / "o", "--chat-template", "{{ messages[0].content }}",
-               "--loss-on", "all")[0] == 0  # fmt: skip
+    rc, err = run(capsys, "pack", data, "-o", tmp_path / "o", "--chat-template", "{{ messages[0].content }}",
+                  "--loss-on", "all")  # fmt: skip
+    assert (rc, err) == (
+        1,
+        f"error: {data} line 1: field 'messages[1].content' (role assistant) is not in the text the chat "
+        "template rendered: the template drops it; use a template that renders every message, or drop the message",
+    )
 
 
 @pytest.mark.parametrize(
@@ -371,11 +379,16 @@ def test_encode_media_chat_refuses_literal_special_tokens_in_the_users_text(qwen
 
 
 def test_template_without_generation_markers_trains_on_the_reply_not_the_role_header(qwen):
-    """Break test: a template that ignores add_generation_prompt put 'assistant:' inside the loss span."""
+    """Break test: a template that ignores add_generation_prompt put 'assistant:' inside the loss span; such a
+    template is refused (issue 28: where the reply starts is taken from the render, never a text search), and one
+    that renders the generation prompt trains the reply alone."""
     from packwise.text import encode_chats
 
     template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]
+    with pytest.raises(ValueError, match="the chat template ignores add_generation_prompt"):
+        encode_chats([chat], qwen, chat_template=template)
+    template += "{% if add_generation_prompt %}assistant:{% endif %}"
     ((ids, loss_mask),) = encode_chats([chat], qwen, chat_template=template)
     assert qwen.decode(ids[loss_mask]) == " hello there"
 

@@ -158,7 +158,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
             more segments (:meth:`plan_kwargs`, :meth:`stream`, ``packwise pack``: at most ``max_segments``
             documents, one fewer with ``fixed_width``, whose tail padding is a segment).
         tokenizer, chat_template, loss_on, seed, max_sequences_per_pack, min_packs, pack_count_multiple,
-        skip_bad_rows: as in ``packwise pack``.
+        skip_bad_rows, drop_fields (``--drop-field``): as in ``packwise pack``.
 
     Builders (see :class:`packwise._build.ConfigBuilders`): ``plan_kwargs``, ``assemble_kwargs``,
     ``collate_kwargs``, ``pipeline_kwargs``, ``assemble``, ``collator``, ``data_collator``, ``stream``,
@@ -203,6 +203,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
     min_packs: int | None = Field(None, ge=0, strict=True)
     pack_count_multiple: int | None = Field(None, ge=1, strict=True)
     skip_bad_rows: bool = False
+    drop_fields: list[str] = Field(default_factory=list)
 
     @field_validator("algorithm")
     @classmethod
@@ -370,6 +371,31 @@ class PackingConfig(ConfigBuilders, _Frozen):
         out["alignment"] = self.resolved_alignment
         return out
 
+    def pack_unapplied(self) -> list[str]:
+        """The keys set away from their defaults that ``packwise pack`` does not apply: pack writes unshifted HF
+        packs of at most ``capacity`` tokens, offline; ``labels``, ``fixed_width``, ``layout``, ``emit``,
+        ``loss_reduction``, ``buffer_size``, ``consumer`` and ``topology.pp`` configure the loaders, collators
+        and losses that read the packs (``cfg.collator()``, ``cfg.loader()``, ...), never the files. ``pack``
+        refuses a config holding them (naming each) rather than ignore them.
+
+        Example:
+            >>> PackingConfig(labels="shifted", fixed_width=True, topology={"pp": 2}).pack_unapplied()
+            ['fixed_width=True', "labels='shifted'", 'topology.pp=2']
+            >>> PackingConfig(capacity=64, topology={"cp": 2}).pack_unapplied()  # cp: applied as the alignment
+            []
+        """
+        default = type(self)()
+        out = []
+        for key in ("labels", "fixed_width", "layout", "loss_reduction", "buffer_size"):
+            if getattr(self, key) != getattr(default, key):
+                out.append(f"{key}={getattr(self, key)!r}")
+        for section in ("emit", "consumer"):
+            mine, base = getattr(self, section), getattr(default, section)
+            out += [f"{section}.{k}={v!r}" for k, v in mine.model_dump().items() if v != getattr(base, k)]
+        if self.topology.pp != 1:
+            out.append(f"topology.pp={self.topology.pp}")
+        return sorted(out)
+
     def pipeline_kwargs(self) -> dict:
         """Keyword arguments for :func:`packwise.pipeline.pack_columns`."""
         from .multimodal import VisionSpec
@@ -393,6 +419,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 media_root=self.multimodal.media_root,
             ),
             **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
+            **({"drop_fields": tuple(self.drop_fields)} if self.drop_fields else {}),
         }
 
 

@@ -93,6 +93,7 @@ VARIANTS = {
     "min_packs": ({}, {"min_packs": 6}),
     "pack_count_multiple": ({}, {"pack_count_multiple": 4}),
     "skip_bad_rows": ({}, {"skip_bad_rows": True}),
+    "drop_fields": ({}, {"drop_fields": ["id"]}),  # pipeline_kwargs (packs: tests/test_input_rule.py)
 }
 
 

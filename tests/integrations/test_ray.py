@@ -96,7 +96,7 @@ def test_chitchat_same_packs_as_local_engine(kind, options, rows, qwen, tmp_path
 
 def test_pretokenized_dataset_with_bad_rows(tmp_path):
     ids = [[(7 * i + j) % 1000 + 1 for j in range(2 + (37 * i) % 90)] for i in range(300)]
-    rows = [{"input_ids": x, "labels": [-100] * 2 + x[2:], "pos": list(range(len(x)))} for x in ids]
+    rows = [{"input_ids": x, "labels": [-100] + x[1:], "pos": list(range(len(x)))} for x in ids]  # >= 1 target
     rows[5]["input_ids"] = []  # empty -> skipped
     rows[170]["input_ids"] = [1, 999_999]  # outside qwen2.5's vocabulary -> skipped
     rows[40]["labels"] = [1]  # wrong length -> skipped

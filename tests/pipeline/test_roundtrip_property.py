@@ -25,13 +25,13 @@ def datasets(draw):
     padded = draw(st.booleans())
     rows = []
     for _ in range(n):
-        length = draw(st.integers(1, 3 * capacity + 2))
+        length = draw(st.integers(1 if mode == "none" else 2, 3 * capacity + 2))  # labels/mask: >= 1 target
         ids = draw(st.lists(st.integers(0, 1000), min_size=length, max_size=length))
         row = {"input_ids": ids, "w": draw(st.lists(st.integers(-5, 5), min_size=length, max_size=length))}
         if mode == "labels":
-            row["labels"] = [t if draw(st.booleans()) else IGNORE for t in ids]
+            row["labels"] = [t if draw(st.booleans()) else IGNORE for t in ids[:-1]] + ids[-1:]
         elif mode == "loss_mask":
-            row["loss_mask"] = draw(st.lists(st.integers(0, 1), min_size=length, max_size=length))
+            row["loss_mask"] = draw(st.lists(st.integers(0, 1), min_size=length - 1, max_size=length - 1)) + [1]
         if padded:
             left, right = draw(st.integers(0, 2)), draw(st.integers(0, 2))
             for k in ("input_ids", "labels", "loss_mask", "w"):

@@ -102,6 +102,7 @@ def report_table(report, output: str | None = None) -> Table:
             f"{_n(r.loss_tokens_masked_at_boundary)} masked at boundaries)",
         ),
         ("packs", f"{_n(r.packs)} (lower bound {_n(m.lower_bound_packs)}, +{m.excess_packs_pct:.3f} %)"),
+        ("packs w/o loss", f"{_n(r.packs_without_loss)} (no target token: an HF mean loss over them is NaN)"),
         ("sequences", f"{_n(r.sequences_packed)} (up to {m.max_sequences_in_pack} per pack)"),
         ("utilisation", f"{m.utilisation:.4f} (fill min {m.fill_min:.3f}, balance {m.fill_balance:.3f})"),
         (
@@ -116,6 +117,8 @@ def report_table(report, output: str | None = None) -> Table:
         ),
         ("plan hash", r.plan_hash[:16]),
     ]
+    if r.drop_fields:
+        rows.insert(3, ("fields dropped", f"{', '.join(r.drop_fields)} ({_count(r.field_values_dropped, 'value')})"))
     if r.timings:
         # the Ray engine applies the overflow policy on its workers, inside its tokenize step
         steps = {} if "overflow" in r.timings else {"tokenize": "tokenize+overflow"}

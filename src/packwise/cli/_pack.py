@@ -72,6 +72,10 @@ def pack(
     skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed rows instead of failing.")] = DEFAULTS[
         "skip_bad_rows"
     ],
+    drop_fields: Annotated[
+        list[str] | None,
+        typer.Option("--drop-field", help="Drop this top-level field from every row (repeatable; counted)."),
+    ] = None,
     max_sequences_per_pack: Annotated[
         int | None, typer.Option(help="At most this many sequences per pack.")
     ] = DEFAULTS["max_sequences_per_pack"],
@@ -191,9 +195,16 @@ def _packing_config(ctx: typer.Context, config: Path | None) -> PackingConfig:
     for key in MULTIMODAL_FLAGS:
         if key in options:
             options.setdefault("multimodal", {})[key] = options.pop(key)
-    if config:
-        return PackingConfig.from_file(config, **options)
-    return PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
+    if not config:
+        return PackingConfig(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
+    cfg = PackingConfig.from_file(config, **options)
+    if unapplied := cfg.pack_unapplied():  # every key pack reads is applied or refused
+        raise ValueError(
+            f"--config {config}: {', '.join(unapplied)} configure(s) the loaders and collators that read the packs, "
+            "not packwise pack (it writes unshifted HF packs of at most --capacity tokens); remove them from the "
+            "file you pass to pack, and give them to the loader (PackingConfig(...).collator() / .loader())"
+        )
+    return cfg
 
 
 def _destination(input_path: str | None, output: str, *, overwrite: bool) -> OutputDir | None:
@@ -263,7 +274,7 @@ def _print_result(report: PackReport, output: str, report_files: list[Path], *, 
 CONFIG_FLAGS = (
     "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
     "max_sequences_per_pack", "max_segments", "min_packs", "pack_count_multiple", "alignment", "min_pixels",
-    "max_pixels", "media_root",
+    "max_pixels", "media_root", "drop_fields",
 )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from ._read import (  # noqa: F401
     parquet_files,
     parse_line,
     read_input,
+    without_fields,
 )
 from ._write import (  # noqa: F401
     FORMAT,

@@ -8,6 +8,7 @@ name JSONL rows by their 1-based line number.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -141,6 +142,18 @@ def read_input(path, *, format: Format | None = None, skip_bad_rows: bool = Fals
             tables.append(_read_parquet(f) if fmt == "parquet" else _read_arrow(f))
         except (pa.ArrowException, OSError) as e:
             raise ValueError(f"input {path}: {f.name} cannot be read as {fmt} ({e}); replace or remove it") from e
+    for f, t in zip(files[1:], tables[1:]):  # a column only some files hold would be null-filled in the others
+        if set(t.column_names) != set(tables[0].column_names):
+            only_here = sorted(set(t.column_names) - set(tables[0].column_names))
+            only_first = sorted(set(tables[0].column_names) - set(t.column_names))
+            what = f"has column(s) {only_here} that {files[0].name} lacks" if only_here else (
+                f"lacks column(s) {only_first} that {files[0].name} has"
+            )  # fmt: skip
+            raise ValueError(
+                f"input {path}: {f.name} {what} (a mixed-schema folder: the other files' rows would get nulls); "
+                "every file of a dataset needs the same columns — add or drop the column(s), or pack the files "
+                "separately"
+            )
     try:
         table = pa.concat_tables(tables, promote_options="default")
     except pa.ArrowException as e:
@@ -227,6 +240,32 @@ def from_rows(rows, *, name: str = "rows") -> RawInput:
     return RawInput(
         name=name, kind=detect_kind(rows[0].keys(), f"{name} row 0"), rows=rows, fingerprint=h.hexdigest()[:16]
     )
+
+
+def without_fields(raw: RawInput, names) -> tuple[RawInput, int]:
+    """``raw`` with the top-level fields ``names`` removed from every row (``drop_fields``), and how many
+    non-null values were removed (the report's ``field_values_dropped``). Fields no row holds drop nothing.
+
+    Example:
+        >>> raw = from_rows([{"input_ids": [1, 2], "id": "a"}, {"input_ids": [3], "id": None}])
+        >>> kept, n = without_fields(raw, ["id"])
+        >>> kept.rows, n
+        ([{'input_ids': [1, 2]}, {'input_ids': [3]}], 1)
+    """
+    names = set(names)
+    if not names:
+        return raw, 0
+    if raw.table is not None:
+        gone = [c for c in raw.table.column_names if c in names]
+        count = sum(raw.table.num_rows - raw.table.column(c).null_count for c in gone)
+        return dataclasses.replace(raw, table=raw.table.drop_columns(gone)), count
+    rows, count = [], 0
+    for row in raw.rows:
+        if row is not None and not names.isdisjoint(row):
+            count += sum(row[k] is not None for k in names & row.keys())
+            row = {k: v for k, v in row.items() if k not in names}
+        rows.append(row)
+    return dataclasses.replace(raw, rows=rows), count
 
 
 def _from_table(table: pa.Table, name: str) -> RawInput:

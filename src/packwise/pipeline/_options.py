@@ -26,14 +26,36 @@ def _int_at_least(name: str, value, minimum: int, *, optional: bool = True) -> N
         raise ValueError(f"{name} must be {none}an integer >= {minimum}, got {value!r}")
 
 
+#: The fields that say what a row is: never dropped (``drop_fields``).
+INPUT_FIELDS = ("messages", "prompt", "completion", "input_ids")
+
+
+def _drop_fields(names) -> tuple[str, ...]:
+    """``drop_fields`` as a sorted tuple of distinct names; an input-kind field or a non-string is refused."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
+        raise ValueError(f"drop_fields must be a list of field names, got {names!r}")
+    bad = next((n for n in names if not isinstance(n, str) or not n), None)
+    if bad is not None:
+        raise ValueError(f"drop_fields holds {bad!r}; each entry is a top-level field name (a non-empty string)")
+    kind = sorted(set(names) & set(INPUT_FIELDS))
+    if kind:
+        raise ValueError(
+            f"drop_fields holds {kind[0]!r}, an input field (a row's messages, prompt/completion or input_ids); "
+            "remove it from drop_fields"
+        )
+    return tuple(sorted(set(names)))
+
+
 @dataclass(frozen=True)
 class PackOptions:
     """What to pack and how, checked when built (before any input is read), so every engine refuses the
     same bad option with the same message.
 
     ``capacity`` is C, tokens per pack; ``alignment`` plans each sequence at its length rounded up to this
-    multiple (so the longest sequence that fits is :attr:`fit_capacity`). The other fields are the keywords
-    of :func:`packwise.pipeline.pack_dataset` (``PackingConfig.pipeline_kwargs()`` gives them all).
+    multiple (so the longest sequence that fits is :attr:`fit_capacity`). ``drop_fields``: top-level fields
+    removed from every row before it is read (metadata such as ``id``, ``source``; counted in the report). The
+    other fields are the keywords of :func:`packwise.pipeline.pack_dataset` (``PackingConfig.pipeline_kwargs()``
+    gives them all).
 
     Raises:
         ValueError: a value out of range or an unknown choice, naming the value and what is allowed.
@@ -64,6 +86,7 @@ class PackOptions:
     pack_count_multiple: int | None = None
     alignment: int = 1
     algorithm_options: dict = field(default_factory=dict)
+    drop_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # check_algorithm_options is plan/'s own check of **algorithm_options (private: plan/ exports only
@@ -98,6 +121,7 @@ class PackOptions:
         _int_at_least("min_packs", self.min_packs, 0)
         _int_at_least("pack_count_multiple", self.pack_count_multiple, 1)
         object.__setattr__(self, "algorithm_options", dict(self.algorithm_options or {}))
+        object.__setattr__(self, "drop_fields", _drop_fields(self.drop_fields))
         check_algorithm_options(resolve_algorithm(self.algorithm), self.algorithm_options)
 
     @classmethod

@@ -19,6 +19,9 @@ class PackReport:
     Loss tokens are *targets*: labels != -100 after a sample's first token (HF shifts labels, so a sample's
     first label is never a target and is normalised to -100 on read). ``pad_tokens_removed``: padding
     (``attention_mask == 0``) stripped from pre-tokenized rows before anything is counted as read.
+    ``packs_without_loss``: packs holding no target at all (a long prompt truncated at capacity): an HF model's
+    mean loss over such a pack is NaN. ``drop_fields``/``field_values_dropped``: the fields removed from every
+    row on request, and how many values they held.
     ``loss_on``: the chat setting (``assistant`` or ``all``); for pre-tokenized rows ``labels`` when their
     ``labels``/``loss_mask`` leave some token out, else ``all`` (ids only: every token after a sample's first).
 
@@ -67,6 +70,9 @@ class PackReport:
     alignment: int = 1  # sequences were planned at lengths rounded up to this multiple
     algorithm_options: dict = field(default_factory=dict)
     pad_tokens_removed: int = 0
+    packs_without_loss: int = 0
+    drop_fields: list[str] = field(default_factory=list)
+    field_values_dropped: int = 0
 
     def to_dict(self) -> dict:
         """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""

@@ -104,15 +104,22 @@ def tokenize_rows(
     Rows with images (content parts or an ``images`` list) are expanded with ``vision`` (a
     :class:`packwise.multimodal.VisionSpec`); the samples then carry ``mm_token_type_ids`` and ``media``.
     """
-    from ..text import check_row, encode_checked_chats, encode_prompt_completion, special_token_pattern
+    from ..text import (
+        check_message_fields,
+        check_row,
+        encode_checked_chats,
+        encode_prompt_completion,
+        special_token_pattern,
+        template_renderer,
+        untrained,
+    )
 
     errors = RowErrors(skip_bad_rows, raw)
     literal = special_token_pattern(tokenizer)  # typed special tokens: a bad row (skippable), checked per row
-    optional = [c for c in ("images", "tools") if raw.table is not None and c in raw.table.column_names]
-    columns = _text_columns(raw) + optional
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     renders_calls = isinstance(template, str) and "tool_calls" in template
-    rows = raw.rows if raw.rows is not None else raw.table.select(columns).to_pylist()
+    render = template_renderer(tokenizer, chat_template)  # a message field the render ignores is refused
+    rows = raw.rows if raw.rows is not None else raw.table.to_pylist()  # every column: each is read or refused
     chats, chat_rows, skips, texts, text_rows = [], [], [], [], []
     refs_of: dict[int, list] = {}
     for i, row in enumerate(rows):
@@ -120,6 +127,7 @@ def tokenize_rows(
             continue
         where = raw.locate(i)
         try:
+            check_row_fields(row, raw.kind, where)
             if row.get("tools"):
                 raise BadRow(
                     where, "tools", "holds tool definitions, which packwise does not render (they would be dropped)",
@@ -134,6 +142,8 @@ def tokenize_rows(
                         "(--loss-on all)",
                     )  # fmt: skip
                 check_row(msgs, literal, where)
+                check_message_fields(msgs, render, where, "messages", loss_on=loss_on)
+                _some_loss(msgs, untrained, 0, where, "messages", loss_on)
                 if _multimodal(row):
                     msgs, refs_of[i] = _expand(row, raw, vision, tokenizer, where)
                 chats.append(msgs)
@@ -151,7 +161,11 @@ def tokenize_rows(
                 text_rows.append(i)
             elif isinstance(row.get("prompt"), list) and isinstance(row.get("completion"), list):
                 prompt = _chat(row, "prompt", where)
-                chat = prompt + _chat(row, "completion", where)
+                completion = _chat(row, "completion", where)
+                check_message_fields(prompt, render, where, "prompt", loss_on=loss_on, first_trained=len(prompt))
+                check_message_fields(completion, render, where, "completion", loss_on=loss_on)
+                _some_loss(completion, untrained, 0, where, "completion", loss_on)
+                chat = prompt + completion
                 check_row(chat, literal, where)
                 chats.append(chat)
                 chat_rows.append(i)
@@ -173,6 +187,7 @@ def tokenize_rows(
             skip_assistant_turns=skips,
             progress=progress,
             where=lambda j: raw.locate(chat_rows[j]),
+            on_bad=lambda j, e: errors.bad(chat_rows[j], e),  # a template that drops the row's text
         )
     if texts:
         encoded += encode_prompt_completion(
@@ -185,7 +200,10 @@ def tokenize_rows(
         from ..multimodal import VisionSpec
 
         vision = VisionSpec()
-    for row, (ids, mask) in zip(chat_rows + text_rows, encoded):
+    for row, sample in zip(chat_rows + text_rows, encoded):
+        if sample is None:
+            continue  # refused while encoding (counted by on_bad)
+        ids, mask = sample
         if ids.shape[0] == 0:
             errors.bad(row, BadRow(raw.locate(row), raw.kind, "tokenizes to 0 tokens"))
             continue
@@ -204,6 +222,8 @@ def tokenize_rows(
                 errors.bad(row, e)
                 continue
             mask = mask & (types[-1] == 0)  # media tokens are inputs, never targets (even in assistant turns)
+        if vision_ids:  # the markers around them too (<|vision_start|>, <|vision_end|>): inputs, never targets
+            mask = mask & ~np.isin(ids, list(vision_ids))
         per_sample.append((ids, np.where(mask, ids, IGNORE_INDEX)))
         source.append(row)
     order = np.argsort(np.asarray(source, dtype=np.int64), kind="stable")
@@ -216,6 +236,48 @@ def tokenize_rows(
     samples.media = [refs_of.get(r, []) for r in source]
     samples.media_root = vision.media_root
     return samples, errors.rows
+
+
+#: Top-level fields each text input kind reads (``tools`` is refused by name; ``images`` in prompt/completion too).
+TEXT_FIELDS = {
+    "messages": ("messages", "images", "tools"),
+    "prompt_completion": ("prompt", "completion", "images", "tools"),
+}
+
+
+def check_row_fields(row: dict, kind: str, where: str) -> None:
+    """Refuse a text row holding a field packwise does not read (it would not reach the packs), or two input
+    kinds (``messages`` and ``prompt``/``completion``: one would be ignored). Null fields are absent."""
+    known = TEXT_FIELDS[kind]
+    for name, value in row.items():
+        if value is None or name in known:
+            continue
+        if name in ("messages", "prompt", "completion", "input_ids"):
+            first = "messages" if kind == "messages" else "prompt/completion"
+            if all(row.get(k) is None for k in known[:2]):
+                continue  # the row lacks its own kind: named as missing by the kind's check
+            raise BadRow(
+                where, name, f"is given together with {first!r}: a row holds one input kind (one would be ignored)",
+                f"keep one of them (this dataset's first row is {first})",
+            )  # fmt: skip
+        raise BadRow(
+            where, name, f"is not a field packwise reads from {kind} rows ({', '.join(known)}), so it would not "
+            "reach the packs", f"drop it from the data, or pass drop_fields=[{name!r}] (--drop-field {name}) to "
+            "drop and count it",
+        )  # fmt: skip
+
+
+def _some_loss(msgs: list[dict], untrained, first: int, where: str, key: str, loss_on: str) -> None:
+    """Refuse a conversation part whose every assistant turn is missing or has ``weight: 0``: no loss token."""
+    if loss_on != "assistant":
+        return
+    zero = untrained(msgs[first:])
+    if not zero or all(zero):
+        what = "no assistant turn" if not zero else "only assistant turns with weight 0"
+        raise BadRow(
+            where, key, f"has {what}, so it would be packed with no loss token",
+            "add the reply, drop the row (--skip-bad-rows counts it), or train on every token (--loss-on all)",
+        )  # fmt: skip
 
 
 def _check_template_calls(msgs: list[dict], where: str, kind: str) -> None:
@@ -310,10 +372,6 @@ def _audio_ready(tokenizer):
     from ._media import AUDIO
 
     return tokenizer if audio_tokens_known(tokenizer, AUDIO) else None
-
-
-def _text_columns(raw: RawInput) -> list[str]:
-    return ["messages"] if raw.kind == "messages" else ["prompt", "completion"]
 
 
 __all__ = ["SKIP_HINT", "Samples", "tokenize_rows"]

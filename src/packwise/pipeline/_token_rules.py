@@ -109,3 +109,48 @@ def _ambiguous(masks: list[str], given: list[str]) -> tuple[str, str, str]:
 
 def _is_numeric_list(v) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, (int, float, bool)) for x in v[:8])
+
+
+def _check_shifted(ids: np.ndarray, labels: np.ndarray, where: str) -> None:
+    """Refuse ``labels`` that look Megatron-shifted (``labels[t] == input_ids[t+1]`` at every target, and some
+    target is not its own token): packwise packs HF labels, and the loaders refuse such rows later
+    (``assemble._labels``: the same rule, at pack time)."""
+    if ids.shape[0] < 2:
+        return
+    target = labels[:-1] != IGNORE_INDEX
+    if not target.any() or not ((labels != IGNORE_INDEX) & (labels != ids)).any():
+        return
+    if (labels[:-1] == ids[1:])[target].all():
+        raise BadRow(
+            where, "labels", "look Megatron-shifted (labels[t] == input_ids[t+1] at every target), but packwise "
+            "packs HF labels (unshifted: labels[t] == input_ids[t], -100 where no loss)",
+            "give HF labels (labels = input_ids with -100 where no loss) or a loss_mask instead of labels",
+        )  # fmt: skip
+
+
+def _check_some_loss(labels: np.ndarray, where: str, field: str) -> None:
+    """Refuse a row whose ``labels``/``loss_mask`` give no target after its first token (HF shifts labels: the
+    first never is one): it would be packed with no loss token."""
+    if not (labels[1:] != IGNORE_INDEX).any():
+        raise BadRow(
+            where, field, "gives no loss token (every label after the first is -100), so the row would be packed "
+            "with nothing to train on", "drop the row (--skip-bad-rows counts it) or fix its labels",
+        )  # fmt: skip
+
+
+def _not_per_token(value) -> str:
+    """Why a field of a pre-tokenized row is not a flat per-token column (the problem of a :class:`BadRow`)."""
+    if isinstance(value, list) and value and isinstance(value[0], (list, tuple)):
+        what = "is a list of lists (per-token [T, k] values?)"
+    elif isinstance(value, list) and value:
+        odd = next((v for v in value if not isinstance(v, (int, float, bool))), value[0])
+        what = f"holds {type(odd).__name__} values"
+    elif isinstance(value, list):
+        what = "is an empty list"
+    else:
+        what = f"is a {type(value).__name__}, not a per-token list"
+    return f"{what}: only flat per-token numbers (one per input id) reach the packs, so it would be dropped"
+
+
+#: The fix of a field that does not reach the packs.
+DROP_FIX = "drop it from the data, or pass drop_fields=[{name!r}] (--drop-field {name}) to drop and count it"

@@ -24,14 +24,18 @@ import numpy as np
 from ..constants import IGNORE_INDEX
 from ..files import BadRow, RawInput
 from ._token_rules import (
+    DROP_FIX,
     ID_LIMIT,
     PAD_MASK,
     RESERVED,
     TRL_MASKS,
     _ambiguous,
     _check_labels,
+    _check_shifted,
+    _check_some_loss,
     _check_vocab,
     _is_numeric_list,
+    _not_per_token,
     _not_produced,
     _reserved,
     real_span,
@@ -72,6 +76,9 @@ def tokens_from_rows(
             if ids.shape[0] == 0:
                 raise BadRow(where, "input_ids", "is empty")
             labels = _labels(row, ids, where)
+            for name, value in row.items():
+                if value is not None and name not in RESERVED and not _is_numeric_list(value):
+                    raise BadRow(where, name, _not_per_token(value), DROP_FIX.format(name=name))
             names = sorted(k for k, v in row.items() if k not in RESERVED and _is_numeric_list(v))
             _not_produced(names, where)
             if extra_names is None:
@@ -148,11 +155,16 @@ def _labels(row: dict, ids: np.ndarray, where: str) -> np.ndarray:
         if labels.shape != ids.shape:
             raise BadRow(where, "labels", f"has {labels.shape[0]} values but input_ids has {ids.shape[0]}")
         _check_labels(labels, where)
+        _check_shifted(ids, labels, where)
+        _check_some_loss(labels, where, "labels")
         return labels
     keep = np.ones(ids.shape[0], dtype=bool)
     for name in masks or given:
         keep &= _mask(row[name], ids, where, name)
-    return np.where(keep, ids, IGNORE_INDEX)
+    labels = np.where(keep, ids, IGNORE_INDEX)
+    if masks or given:
+        _check_some_loss(labels, where, (masks or given)[0])
+    return labels
 
 
 def _mask(value, ids: np.ndarray, where: str, name: str) -> np.ndarray:

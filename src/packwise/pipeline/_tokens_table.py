@@ -9,12 +9,15 @@ import pyarrow as pa
 from ..constants import IGNORE_INDEX
 from ..files import BadRow, RawInput
 from ._token_rules import (
+    DROP_FIX,
     ID_LIMIT,
     PAD_MASK,
     RESERVED,
     TRL_MASKS,
     _ambiguous,
     _check_labels,
+    _check_shifted,
+    _check_some_loss,
     _check_vocab,
     _not_produced,
     real_span,
@@ -84,17 +87,19 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
     if present["labels"] and present["loss_mask"]:
         raise ValueError(f"{raw.name}: has both 'labels' and 'loss_mask' columns; keep one of them (labels say more)")
     masks = [k for k in TRL_MASKS if present[k]]
-    given = [k for k in ("labels", "loss_mask") if present[k]]
+    given = given_names = [k for k in ("labels", "loss_mask") if present[k]]
     if masks and given:
         field, problem, fix = _ambiguous(masks, given)
         raise ValueError(f"{raw.name}: column {field!r} {problem}; {fix}")
     labels = ids.copy()
+    gave = np.zeros(n, dtype=bool)  # rows whose labels/loss_mask/TRL masks are given (not null)
     for name in (k for k, v in present.items() if v):
         other = table.column(name).combine_chunks()
         if not _is_list_of_numbers(other.type):
             raise ValueError(f"{raw.name}: column {name!r} has type {other.type}, expected a list of numbers")
         values, other_len, other_null = _list_parts(other)
         given_rows = ~other.is_null().to_numpy(zero_copy_only=False)  # a null row means "not given"
+        gave |= given_rows
         other_len = np.where(given_rows, other_len, lengths)
         flag(
             np.flatnonzero(other_len != lengths),
@@ -111,6 +116,7 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
                 row_of(np.flatnonzero((labels != IGNORE_INDEX) & ((labels < 0) | (labels >= ID_LIMIT)))),
                 segment_error(_check_labels, labels),
             )
+            _flag_shifted(ids, labels, starts, np.repeat(given_rows, lengths), raw, flag, keep)
         else:
             bad = ~np.isin(aligned, (0, 1)) & given
             flag(
@@ -118,9 +124,21 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
                 lambda r, name=name: BadRow(raw.locate(r), name, "must hold only 0/1 or true/false"),
             )
             labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, labels)  # several TRL masks: AND
+    if gave.any():
+        _flag_no_loss(labels, starts, lengths, gave, raw, flag, masks or given_names)
     columns = {}
     for name in table.column_names:
-        if name in RESERVED or not _is_list_of_numbers(table.schema.field(name).type):
+        if name in RESERVED:
+            continue
+        if not _is_list_of_numbers(table.schema.field(name).type):
+            values = table.column(name)
+            problem = (
+                f"is a column of {values.type}, not flat per-token numbers (one per input id), so it would be dropped"
+            )
+            flag(
+                np.flatnonzero(~values.is_null().to_numpy(zero_copy_only=False)),
+                lambda r, name=name, problem=problem: BadRow(raw.locate(r), name, problem, DROP_FIX.format(name=name)),
+            )
             continue
         _not_produced([name], raw.name)  # the whole file's column: not one bad row
         values, col_len, col_null = _list_parts(table.column(name).combine_chunks())
@@ -204,3 +222,39 @@ def _aligned(values: np.ndarray, value_lengths: np.ndarray, lengths: np.ndarray)
     dst = np.repeat(ok, lengths)
     out[dst] = values[src]
     return out
+
+
+def _flag_shifted(ids, labels, starts, given, raw: RawInput, flag, keep) -> None:
+    """Flag the rows whose given ``labels`` look Megatron-shifted (:func:`_check_shifted`, row by row on the
+    rows with a target that is not its own token: HF labels never get that far)."""
+    odd = np.flatnonzero(given & (labels != IGNORE_INDEX) & (labels != ids))
+    rows = np.unique(np.searchsorted(starts, odd, side="right") - 1)
+    bad = {}
+    for r in rows.tolist():
+        if not keep[r]:
+            continue
+        a, b = int(starts[r]), int(starts[r + 1])
+        try:
+            _check_shifted(ids[a:b], labels[a:b], raw.locate(r))
+        except BadRow as e:
+            bad[r] = e
+    flag(np.asarray(sorted(bad), dtype=np.int64), bad.__getitem__)
+
+
+def _flag_no_loss(labels, starts, lengths, gave, raw: RawInput, flag, names) -> None:
+    """Flag the rows whose given labels/masks leave no target after the row's first token."""
+    n = lengths.shape[0]
+    target = labels != IGNORE_INDEX
+    firsts = starts[:-1][lengths > 0]
+    target[firsts] = False
+    count = np.bincount(np.repeat(np.arange(n), lengths)[target], minlength=n)
+    field = names[0]
+
+    def make(r):
+        try:
+            _check_some_loss(labels[starts[r] : starts[r + 1]], raw.locate(r), field)
+        except BadRow as e:
+            return e
+        raise AssertionError  # pragma: no cover
+
+    flag(np.flatnonzero(gave & (count == 0) & (lengths > 0)), make)

@@ -25,6 +25,7 @@ class Samples:
             the data has no images).
         media_root: the absolute folder ``media`` paths are relative to (None: paths as given).
         pad_tokens_removed: padding tokens (``attention_mask == 0``) stripped from pre-tokenized rows on read.
+        field_values_dropped: values of ``drop_fields`` removed from the rows before they were read.
     """
 
     ids: np.ndarray
@@ -35,6 +36,7 @@ class Samples:
     media: list | None = None
     media_root: str | None = None
     pad_tokens_removed: int = 0
+    field_values_dropped: int = 0
 
     @property
     def lengths(self) -> np.ndarray:

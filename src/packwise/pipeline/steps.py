@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import __version__
 from ..constants import IGNORE_INDEX
-from ..files import SKIP_HINT, RawInput
+from ..files import SKIP_HINT, RawInput, without_fields
 from ..plan import mask_boundaries
 from ._options import DEFAULT_TOKENIZER, PackOptions
 from ._overflow import OverflowCounts, apply_overflow
@@ -63,7 +63,8 @@ def tokenize(
     pre-tokenized rows checked against ``tok``'s vocabulary); returns the samples and ``(row, message)`` of
     skipped rows in row order (rows that are not JSON are found while reading, the others here). HF shifts
     labels inside the loss, so each sample's first label is never a target: it is normalised to -100 here, and
-    only real targets count as loss tokens."""
+    only real targets count as loss tokens. ``options.drop_fields`` are removed from the rows first (counted)."""
+    raw, dropped = without_fields(raw, options.drop_fields)
     if raw.kind == "tokens":
         vocab = len(tok) if tok is not None else None
         samples, skipped = tokens_from_rows(raw, vocab_size=vocab, skip_bad_rows=skip_bad_rows, extra_names=extra_names)
@@ -73,6 +74,7 @@ def tokenize(
             progress=progress, vision=options.vision,
         )  # fmt: skip
     mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)  # the one boundary-label rule
+    samples.field_values_dropped = dropped
     return samples, sorted(skipped, key=lambda r: r[0])
 
 
@@ -92,6 +94,7 @@ class PieceCounts:
     tokens_read: int = 0
     loss_tokens_read: int = 0
     pad_tokens_removed: int = 0
+    field_values_dropped: int = 0
     sequences: int = 0  # after the overflow policy
     overflow: OverflowCounts = field(default_factory=OverflowCounts)
     media: bool = False  # the samples carry images/video/audio
@@ -112,6 +115,7 @@ class PieceCounts:
         return cls(
             rows_read=rows, rows_skipped=skipped, tokens_read=read.num_tokens,
             loss_tokens_read=int((read.labels != IGNORE_INDEX).sum()), pad_tokens_removed=read.pad_tokens_removed,
+            field_values_dropped=read.field_values_dropped,
             sequences=kept.num_sequences, overflow=counts, media=kept.media is not None, **media,
         )  # fmt: skip
 
@@ -194,11 +198,15 @@ class PackedCounts:
     tokens: int = 0
     loss_tokens: int = 0
     masked_at_boundary: int = 0
+    packs_without_loss: int = 0  # packs whose every label is -100 (an HF model's mean loss over them is NaN)
 
     @classmethod
     def of(cls, packed: PackedColumns) -> PackedCounts:
-        loss = int((packed.labels != IGNORE_INDEX).sum())
-        return cls(packed.num_packs, int(packed.ids.shape[0]), loss, packed.loss_tokens_masked_at_boundary)
+        targets = packed.labels != IGNORE_INDEX
+        loss = int(targets.sum())
+        per_pack = np.add.reduceat(targets, packed.token_offsets[:-1]) if packed.num_packs else np.zeros(0, int)
+        empty = int((per_pack == 0).sum())  # (packs hold >= 1 token: reduceat's empty-segment rule never applies)
+        return cls(packed.num_packs, int(packed.ids.shape[0]), loss, packed.loss_tokens_masked_at_boundary, empty)
 
     def __add__(self, other: PackedCounts) -> PackedCounts:
         return PackedCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -262,7 +270,8 @@ def build_report(
         packs=plan.num_packs, plan_hash=plan_hash, metrics=metrics, packwise_version=__version__, timings=timings,
         skipped_examples=skipped_examples(skipped), multimodal=counts.multimodal(options.vision),
         alignment=plan.alignment, algorithm_options=dict(options.algorithm_options),
-        pad_tokens_removed=counts.pad_tokens_removed,
+        pad_tokens_removed=counts.pad_tokens_removed, packs_without_loss=packed.packs_without_loss,
+        drop_fields=list(options.drop_fields), field_values_dropped=counts.field_values_dropped,
     )  # fmt: skip
     report.check()
     return report

@@ -139,6 +139,13 @@ def report_markdown(data: dict) -> str:
         "",
         f"{_noun(r['rows_read'], 'row')} read, {_n(r['rows_skipped'])} skipped (bad), {_noun(r['samples'], 'sample')}.",
         "",
+        f"Packs without a loss token: {_n(r.get('packs_without_loss', 0))} of {_n(r['packs'])}"
+        + (
+            f"; fields dropped: {', '.join(r['drop_fields'])} ({_noun(r['field_values_dropped'], 'value')})."
+            if r.get("drop_fields")
+            else "."
+        ),
+        "",
         *_table(
             ("", "samples", "tokens", "loss tokens"),
             [

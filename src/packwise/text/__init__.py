@@ -5,8 +5,9 @@ loss masks from the template's assistant spans. Needs the ``hf`` extra.
 the pipeline, multimodal and verify import from this facade instead of its private modules.
 """
 
-from ._chat import LossOn, encode_chats, encode_prompt_completion  # noqa: F401
+from ._chat import LossOn, encode_chats, encode_prompt_completion, template_renderer  # noqa: F401
 from ._chat import _encode_chats as encode_checked_chats  # noqa: F401  (chats already checked by check_row)
+from ._fields import REASONING_FIELDS, check_message_fields, check_rendered, untrained  # noqa: F401
 from ._lite import LiteTokenizer, pipeline_tokenizer, tokenizer_fingerprint  # noqa: F401
 from ._literal import check_chats, check_row, special_token_pattern  # noqa: F401
 from ._load import (  # noqa: F401

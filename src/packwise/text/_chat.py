@@ -24,6 +24,8 @@ from typing import Literal
 
 import numpy as np
 
+from ..files import BadRow
+from ._fields import check_rendered, untrained
 from ._literal import check_chats, check_pairs, special_token_pattern
 from ._sandbox import MAX_TEMPLATE_SECONDS, MAX_TEMPLATE_STEPS, _render  # noqa: F401  (MAX_*: re-exported)
 
@@ -37,6 +39,9 @@ def _template_kwargs(tok) -> dict:
 
 
 def _prefix_spans(chat: list[dict], text: str, template: str, kwargs: dict, where: str) -> list[tuple[int, int]]:
+    """One ``(start, end)`` per assistant message, from the renders themselves: from the end of the conversation
+    before it rendered with the generation prompt to the end of the conversation up to it (trailing whitespace
+    excluded; an empty span when the reply renders nothing). Never a text search."""
     spans = []
     for i, message in enumerate(chat):
         if message.get("role") != "assistant":
@@ -49,16 +54,42 @@ def _prefix_spans(chat: list[dict], text: str, template: str, kwargs: dict, wher
                 "(assistant spans cannot be located); use a template with {% generation %} blocks "
                 "(chat_template='chatml') or loss_on='all'"
             )
-        end = len(upto.rstrip())
-        start = len(before)
-        content = message.get("content")
-        if isinstance(content, str) and content.strip():  # a template that ignores add_generation_prompt
-            at = upto.find(content.strip(), start)  # renders the role header in the reply's diff: skip it
-            if at >= start:
-                start = at
-        if end > start:
-            spans.append((start, end))
+        if before == _render([chat[:i]], template, kwargs, spans=False)[0]:
+            raise ValueError(
+                f"{where}: the chat template ignores add_generation_prompt (the conversation before assistant "
+                f"message {i} renders the same with and without it), so where the reply starts cannot be told "
+                "from the render (the role header would carry loss); use a template that renders the generation "
+                "prompt, or one with {% generation %} blocks (chat_template='chatml'), or loss_on='all'"
+            )
+        start, end = len(before), len(upto.rstrip())
+        spans.append((start, max(start, end)))
     return spans
+
+
+def _untrained(chat: list[dict], spans, skips, i: int, where) -> list[bool]:
+    """Per span: whether it carries no loss — inside a prompt (the first ``skips[i]`` assistant turns) or
+    ``weight: 0``. Spans map to assistant messages one to one; a template with another number of
+    ``{% generation %}`` blocks cannot honour weights (refused when one is 0)."""
+    skip = skips[i] if skips is not None else 0
+    zero = untrained(chat)
+    if len(spans) != len(zero):
+        if any(zero):
+            raise BadRow(
+                where(i), "weight", f"cannot be honoured: the chat template renders {len(spans)} reply spans for "
+                f"{len(zero)} assistant messages", "use a template with one {% generation %} block per reply",
+            )  # fmt: skip
+        return [k < skip for k in range(len(spans))]
+    return [k < skip or z for k, z in enumerate(zero)]
+
+
+def template_renderer(tokenizer, chat_template: str | None):
+    """``render(messages) -> str`` with ``chat_template`` (default the tokenizer's own) in the budgeted sandbox,
+    as :func:`encode_chats` renders; None when there is no template (``encode_chats`` refuses that)."""
+    template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    if not template:
+        return None
+    kwargs = _template_kwargs(tokenizer)
+    return lambda chat: _render([chat], template, kwargs, spans=False)[0]
 
 
 def _token_span(enc, start: int, end: int) -> tuple[int, int] | None:
@@ -135,9 +166,11 @@ def _encode_chats(
     batch_size: int = 256,
     progress=None,
     where: Callable[[int], str] = lambda i: f"conversation {i}",
-) -> list[tuple[np.ndarray, np.ndarray]]:
+    on_bad: Callable[[int, BadRow], None] | None = None,
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """:func:`encode_chats` without the literal-special-token check, for text packwise built itself
-    (``encode_media_chat`` expands media into special tokens, and checks the user's text before)."""
+    (``encode_media_chat`` expands media into special tokens, and checks the user's text before). With ``on_bad``,
+    a conversation refused as a bad row (:func:`check_rendered`, weights) is passed to it and gets None."""
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     if not template:
         raise ValueError(
@@ -161,17 +194,31 @@ def _encode_chats(
                 else [[] for _ in batch]
             )
         for j, enc in enumerate(backend.encode_batch(texts, add_special_tokens=False)):
+            try:
+                check_rendered(batch[j], texts[j], where(lo + j))
+                off = (
+                    _untrained(batch[j], spans[j], skip_assistant_turns, lo + j, where)
+                    if loss_on == "assistant"
+                    else []
+                )
+            except BadRow as e:
+                if on_bad is None:
+                    raise
+                on_bad(lo + j, e)
+                out.append(None)
+                continue
             ids = np.asarray(enc.ids, dtype=np.int32)
             mask = np.zeros(ids.shape[0], dtype=bool)
             if loss_on == "all":
                 mask[:] = True
             else:
                 skip = skip_assistant_turns[lo + j] if skip_assistant_turns is not None else 0
-                for start, end in list(spans[j])[skip:]:
-                    span = _token_span(enc, start, end) if end > start else None
+                for k, (start, end) in enumerate(spans[j]):
+                    span = _token_span(enc, start, end) if end > start and not off[k] else None
                     if span is not None:
                         mask[span[0] : span[1]] = True
-                if with_reply >= 0 and sum(m.get("role") == "assistant" for m in batch[j]) > skip:  # till one marks
+                replies = sum(m.get("role") == "assistant" for m in batch[j]) - sum(untrained(batch[j]))
+                if with_reply >= 0 and replies > skip:  # till one marks
                     with_reply += 1
                     first_with_reply = lo + j if first_with_reply is None else first_with_reply
                     if mask.any():

@@ -38,6 +38,8 @@ import jinja2.utils
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ._fields import REASONING_FIELDS
+
 #: While a conversation renders with spans: ``(characters emitted so far: a callable, spans found: a list)``.
 _TRACK: contextvars.ContextVar = contextvars.ContextVar("packwise_generation_spans", default=None)
 
@@ -156,9 +158,6 @@ def plain_data(value):
     if callable(getattr(value, "model_dump", None)):
         return plain_data(value.model_dump())
     return f"<{kind.__name__}>"
-
-
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 def alias_reasoning(chat: list) -> list:

@@ -326,10 +326,37 @@ def _load_cached(spec: str, files: tuple = ()):
         else:
             tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as e:  # transformers raises many types here; report them uniformly
+        broken = _broken_file(path) if path.is_dir() else None
+        if broken is not None:
+            raise ValueError(
+                f"tokenizer {spec!r}: its file {broken[0]} is corrupt ({broken[1]}); replace it with a good copy "
+                "(tokenizer.save_pretrained(folder)) or remove it"
+            ) from e
         raise ValueError(f"tokenizer {spec!r} cannot be loaded: {type(e).__name__}: {e}") from e
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"tokenizer {spec!r} is not a fast (Rust) tokenizer; packwise needs offsets from a fast one")
     return tok
+
+
+#: The JSON files of a tokenizer folder, checked one by one when loading fails (to name the corrupt one).
+_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "vocab.json", "config.json")  # fmt: skip
+
+
+def _broken_file(folder: Path) -> tuple[str, str] | None:
+    """``(file, why)`` of the first JSON file of a tokenizer folder that is not valid UTF-8 JSON (a torn or
+    edited save), or None when they all parse (the failure is elsewhere)."""
+    import json
+
+    for name in _JSON_FILES:
+        f = folder / name
+        if not f.is_file():
+            continue
+        try:
+            json.loads(f.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return str(f), f"{type(e).__name__}: {e}"
+    return None
 
 
 def load_tokenizer(spec):

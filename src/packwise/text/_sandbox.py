@@ -164,6 +164,7 @@ def _compiled(template: str):
     env.globals["range"] = _bounded_range
     env.filters = {name: _bounded_filter(name, f) for name, f in env.filters.items()}
     try:
+        _no_other_templates(env.parse(template))
         compiled = env.from_string(template)
     except TemplateError as e:
         raise ValueError(
@@ -184,6 +185,20 @@ def _compiled(template: str):
 
     compiled.root_render_func = counted_render
     return compiled
+
+
+def _no_other_templates(tree) -> None:
+    """Refuse ``{% include %}``, ``{% import %}``, ``{% from ... import %}`` and ``{% extends %}``: a chat template
+    renders alone (transformers gives it no loader either), so the other file would never be found."""
+    from jinja2 import nodes
+
+    node = next(tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)), None)
+    if node is not None:
+        tag = {"Include": "include", "Import": "import", "FromImport": "from ... import", "Extends": "extends"}
+        raise ValueError(
+            f"the chat template uses {{% {tag[type(node).__name__]} %}} (line {node.lineno}): a chat template "
+            "renders alone, with no other template files to load; inline the other template's text (--chat-template)"
+        )
 
 
 #: Conversations up to this many messages render the built-in ChatML template in Python (``_chatml``); longer
