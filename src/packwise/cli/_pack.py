@@ -75,7 +75,7 @@ def pack(
     drop_fields: Annotated[
         list[str] | None,
         typer.Option("--drop-field", help="Drop this top-level field from every row (repeatable; counted)."),
-    ] = None,
+    ] = DEFAULTS["drop_fields"],
     max_sequences_per_pack: Annotated[
         int | None, typer.Option(help="At most this many sequences per pack.")
     ] = DEFAULTS["max_sequences_per_pack"],
