@@ -133,6 +133,7 @@ class ConfigBuilders:
         kwargs = {
             "capacity": self.capacity, "buffer_size": self.buffer_size, "algorithm": self.algorithm,
             "seed": 0 if self.seed is None else self.seed, "overflow": self.overflow,
+            "multi_token_prediction": self.consumer.multi_token_prediction,
             **{k: v for k, v in self.assemble_kwargs().items()}, **self.algorithm_options,
         }  # fmt: skip
         if self.max_sequences_per_pack is not None:

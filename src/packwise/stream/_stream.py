@@ -18,6 +18,7 @@ canonical window order, so the packs are the same whatever the number of workers
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -80,6 +81,8 @@ class PackingStream(IterableDataset, SampleRules):
             planned lists of samples (for custom assembly or planning-only benchmarks).
         alignment, pad_to, pad_token_id, labels_shifted: forwarded to
             :func:`~packwise.assemble.assemble_pack`; planning uses aligned lengths.
+        multi_token_prediction: mark every pack for Megatron MTP (``consumer.multi_token_prediction``): then
+            ``to_packed_seq_params(pack)`` and the collated batches give MTP's physical boundaries by default.
         **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
 
     Attributes:
@@ -121,6 +124,7 @@ class PackingStream(IterableDataset, SampleRules):
         pad_to: int | None = None,
         pad_token_id: int = 0,
         labels_shifted: bool = False,
+        multi_token_prediction: bool = False,
         **algorithm_options,
     ) -> None:
         buffer_size, capacity = _plain_int(buffer_size), _plain_int(capacity)  # numpy integers as plan_packs takes
@@ -147,7 +151,7 @@ class PackingStream(IterableDataset, SampleRules):
         self.seed, self.overflow, self.length_fn = int(seed), overflow, length_fn
         self.drop_last, self.shuffle, self.assemble = drop_last, shuffle, assemble
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
-        self.labels_shifted = bool(labels_shifted)
+        self.labels_shifted, self.multi_token_prediction = bool(labels_shifted), bool(multi_token_prediction)
         self.algorithm_options = algorithm_options
         self.epoch = 0
         self._next = (0, 0)  # (window, pack) of the next pack to emit (see the ``_next`` property)
@@ -285,6 +289,8 @@ class PackingStream(IterableDataset, SampleRules):
             seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id,
             labels_shifted=self.labels_shifted,
         )  # fmt: skip
+        if self.multi_token_prediction:  # to_packed_seq_params(pack) reads the mark: MTP's layout by default
+            pack = dataclasses.replace(pack, multi_token_prediction=True)
         used = int(pack.cu_seqlens_padded[-1])
         if used > self.capacity:  # only a length_fn that under-reports samples without input_ids gets here
             raise ValueError(
