@@ -108,3 +108,16 @@ def test_unpatched_moe_model_swallows_padding_mask_and_a_trainer_refuses_it(tmp_
     with pytest.raises(ValueError, match=r"has 9 padding tokens \(alignment=8.*Qwen3MoeForCausalLM computes MoE"):
         trainer.train()
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_packed_row_per_document_column_is_refused_by_name_and_dropped_counted():
+    import packwise
+
+    table, _ = packwise.pack_dataset([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}], capacity=8)
+    rows = table.to_pylist()
+    assert rows[0]["source_index"] == [0, 1]  # pack_dataset's per-document provenance
+    with pytest.raises(ValueError, match=r"column 'source_index' of a packed row has 2 values \(one per document\)"):
+        PackedDataCollator()(rows)
+    collate = PackedDataCollator(drop_columns=("source_index",))
+    batch = collate(rows)
+    assert batch["cu_seq_lens_q"].tolist() == [0, 3, 5] and collate.dropped_columns == {"source_index": 1}

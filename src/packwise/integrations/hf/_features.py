@@ -103,6 +103,14 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         raise ValueError(
             f"feature {index}: seq_lengths {lengths.tolist()} must be positive and sum to its {ids.shape[0]} tokens"
         )
+    odd = next((k for k, v in cols.items() if v.shape[0] != ids.shape[0]), None)
+    if odd is not None:  # pack_dataset's source_index: one value per document, no place in the token row
+        n, per_doc = cols[odd].shape[0], cols[odd].shape[0] == lengths.shape[0]
+        raise ValueError(
+            f"feature {index}: column {odd!r} of a packed row has {n} values"
+            f"{' (one per document)' if per_doc else ''} for its {ids.shape[0]} tokens: it is not per token. Drop "
+            f"it: PackedDataCollator(drop_columns=({odd!r},)) (counted) or dataset.remove_columns([{odd!r}])"
+        )
     cuts = np.cumsum(lengths)[:-1]
     parts = {k: np.split(v, cuts) for k, v in cols.items()}
     if pos is not None:  # the row's own positions, per document (MRoPE (3, T): split along the tokens)
