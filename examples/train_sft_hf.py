@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     # step-0 parity on pack 0: identical weights, identical sequences, identical global normaliser
     use_packed_attention(model, backend=args.backend)
-    collate = PackedDataCollator()
+    # remove_unused_columns=False keeps pack_dataset's source_index (one value per document, not per token)
+    collate = PackedDataCollator(drop_columns=("source_index",))  # dropped by name, counted in dropped_columns
     first = [dataset[0]]
     num_items = int(sum(1 for t in first[0]["labels"] if t != -100))
     loss_packed, norm_packed = loss_and_grad_norm(model, collate(first), num_items)

@@ -134,6 +134,7 @@ class ConfigBuilders:
         kwargs = {
             "capacity": self.capacity, "buffer_size": self.buffer_size, "algorithm": self.algorithm,
             "seed": 0 if self.seed is None else self.seed, "overflow": self.overflow,
+            "multi_token_prediction": self.consumer.multi_token_prediction,
             **{k: v for k, v in self.assemble_kwargs().items()}, "max_segments": self.max_segments,
             **self.algorithm_options,
         }  # fmt: skip

@@ -39,6 +39,7 @@ BATCH_KEYS: dict[str, tuple[Kind, bool]] = {
     "total_tokens": ("scalar", False),
     "layout": ("scalar", False),
     "labels_shifted": ("scalar", False),
+    "multi_token_prediction": ("scalar", False),
     "cp_size": ("scalar", False),
     "cp_rank": ("scalar", False),
     "pixel_values": ("media", False),

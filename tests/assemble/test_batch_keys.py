@@ -9,6 +9,7 @@ import torch
 from packwise.assemble import (
     BATCH_KEYS,
     NON_TOKEN_KEYS,
+    PackCollator,
     PackedBatch,
     assemble_batch,
     assemble_pack,
@@ -39,12 +40,13 @@ def test_derived_lists_keep_their_values():
     assert {
         "cu_seqlens", "cu_seqlens_padded", "cu_seq_lens_q", "cu_seq_lens_k", "cu_pack_tokens", "num_sequences",
         "max_seqlen", "max_seqlen_padded", "max_length_q", "max_length_k", "total_tokens", "metadata", "layout",
-        *MEDIA_KEYS, "cp_size", "cp_rank", "labels_shifted",
+        *MEDIA_KEYS, "cp_size", "cp_rank", "labels_shifted", "multi_token_prediction",
     } == NON_TOKEN_KEYS  # fmt: skip
     old = {"cu_seqlens", "cu_seqlens_padded", "max_seqlen", "seq_idx", "padding_mask", "total_tokens",
            "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "num_sequences", "cu_pack_tokens",
            "layout", "metadata"}  # fmt: skip
-    assert set(PRODUCED) == old | {"max_seqlen_padded", "labels_shifted", "cp_size", "cp_rank", "shift_labels"}
+    assert set(PRODUCED) == old | {"max_seqlen_padded", "labels_shifted", "cp_size", "cp_rank", "shift_labels",
+                                   "multi_token_prediction"}  # fmt: skip
 
 
 def _keys(batch) -> set[str]:
@@ -60,6 +62,7 @@ def test_every_key_packwise_emits_is_registered():
         assemble_batch([SEQS]),
         shard_for_context_parallel(collate_packs([pack]), cp_size=2, cp_rank=1),
         PackedDataCollator()([{"input_ids": [1, 2, 3]}]),
+        PackCollator(labels="shifted", multi_token_prediction=True)([pack]),
     ]
     for batch in batches:
         assert _keys(batch) <= set(BATCH_KEYS), _keys(batch) - set(BATCH_KEYS)

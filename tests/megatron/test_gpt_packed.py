@@ -197,8 +197,11 @@ def test_mtp_roll_tensor_on_packwise_layout(megatron):
     assert mask.tolist() == [[1, 0, 0, 0, 0, 0, 0, 0]] and int(count) == 1  # 11 -> 13 is the one depth-2 target
     # the real boundaries [0, 3, 5] over tokens laid out at [0, 4, 8]: doc 0's padding slot receives doc 1's
     # first token, doc 1's 21 gets 0 and 22 is never rolled
-    rolled, _ = roll_tensor(batch["tokens"], shifts=-1, dims=-1, packed_seq_params=to_packed_seq_params(batch))
+    unmarked = {k: v for k, v in batch.items() if k != "multi_token_prediction"}  # as a non-MTP batch
+    rolled, _ = roll_tensor(batch["tokens"], shifts=-1, dims=-1, packed_seq_params=to_packed_seq_params(unmarked))
     assert rolled.tolist() == [[12, 13, 0, 21, 0, 22, 0, 0]]
+    rolled, _ = roll_tensor(batch["tokens"], shifts=-1, dims=-1, packed_seq_params=to_packed_seq_params(batch))
+    assert rolled.tolist() == [[12, 13, 0, 0, 22, 0, 0, 0]]  # the plain call reads the batch's MTP mark
 
 
 def test_mtp_gpt_loss_packed_equals_alone_and_aligned_layout_differs(megatron):
@@ -244,8 +247,12 @@ def test_mtp_gpt_loss_packed_equals_alone_and_aligned_layout_differs(megatron):
     cfg = PackingConfig(capacity=32, alignment=4, labels="shifted", consumer={"multi_token_prediction": True})
     b2, p2 = packed(cfg, docs)
     aligned = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], p2, b2["position_ids"])
-    real_cu = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], to_packed_seq_params(b2), b2["position_ids"])
-    print(f"MTP loss tight {packed_loss:.6f} aligned {aligned:.6f} alone {alone:.6f} aligned+real cu {real_cu:.6f}")
+    unmarked = {k: v for k, v in b2.items() if k != "multi_token_prediction"}  # the real cu_seqlens
+    real_cu = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], to_packed_seq_params(unmarked), b2["position_ids"])
+    plain = mtp_loss(b2["tokens"], b2["labels"], b2["loss_mask"], to_packed_seq_params(b2), b2["position_ids"])
+    print(f"MTP loss tight {packed_loss:.6f} aligned {aligned:.6f} alone {alone:.6f} real cu {real_cu:.6f}")
+    print(f"MTP loss aligned, plain to_packed_seq_params(batch) {plain:.6f}")
     assert packed_loss == pytest.approx(alone, rel=1e-5)
     assert aligned == pytest.approx(alone, rel=1e-5)
     assert abs(real_cu - alone) > 1e-3
+    assert plain == pytest.approx(alone, rel=1e-5)  # the plain call on the MTP batch: its mark is read

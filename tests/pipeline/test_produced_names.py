@@ -23,9 +23,12 @@ def test_collator_refuses_produced_name(name, packwise_keys):
         PackedDataCollator(return_packwise_keys=packwise_keys)([{"input_ids": [1, 2, 3], name: [7, 7, 7]}])
 
 
-def test_collator_keeps_non_column_values():
-    batch = PackedDataCollator()([{"input_ids": [1, 2, 3], "layout": "thd"}])  # a string is not a column
-    assert batch["input_ids"].tolist() == [[1, 2, 3]]
+def test_collator_refuses_a_non_column_value_by_name_unless_dropped():
+    row = {"input_ids": [1, 2, 3], "layout": "thd"}  # a string is not a column: no place in the batch (#28 item 1)
+    with pytest.raises(ValueError, match=r"column 'layout' holds str 'thd', not one value per token"):
+        PackedDataCollator()([row])
+    collate = PackedDataCollator(drop_columns=("layout",))
+    assert collate([row])["input_ids"].tolist() == [[1, 2, 3]] and collate.dropped_columns == {"layout": 1}
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,7 @@ class PackedBatch(TypedDict, total=False):
     total_tokens: int  #: tokens in the batch, padding included
     layout: str  #: ``"thd"`` or ``"padded"``
     labels_shifted: bool  #: False: HF labels (unshifted); True: Megatron (``labels[t]`` is position t's target)
+    multi_token_prediction: bool  #: present (True) only on MTP batches: ``to_packed_seq_params`` reads it
     cp_size: int  #: context-parallel shards only
     cp_rank: int  #: context-parallel shards only
     pixel_values: torch.Tensor  #: ``(patches, D)`` media, concatenated in pack order (and the keys below)

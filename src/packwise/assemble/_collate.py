@@ -111,7 +111,8 @@ def collate_packs(
         flash-attention reads); ``num_sequences`` ``[P]`` int32; ``cu_pack_tokens`` ``(P+1,)`` int32 token
         offset of each pack in the flattened batch. Python ints: ``max_length_q/k`` (longest physical
         segment), ``max_seqlen`` (longest real sequence), ``max_seqlen_padded``, ``total_tokens``.
-        ``layout`` (str), ``labels_shifted`` (bool: the convention of ``labels``). ``metadata``: a dict
+        ``layout`` (str), ``labels_shifted`` (bool: the convention of ``labels``), ``multi_token_prediction``
+        (True, only from MTP packs: :func:`to_packed_seq_params` reads it). ``metadata``: a dict
         of per-pack lists of per-sequence values (non-tensor data stays a list). Media (``pixel_values``,
         ``image_grid_thw``, ...) concatenated in pack order.
 
@@ -119,7 +120,8 @@ def collate_packs(
         ValueError: no packs, a column whose per-token shape differs between packs, input_ids in some
             packs only, an unknown layout, ``pad_to_multiple_of < 1``, an unknown ``labels`` or ``emit``
             name, packs of mixed label conventions with ``labels=None``, a pack longer than ``pack_width``,
-            MRoPE packs with ``mrope=False``, more segments than ``max_segments``.
+            MRoPE packs with ``mrope=False``, more segments than ``max_segments``, packs that mix
+            ``multi_token_prediction``.
 
     Example:
         >>> from packwise.assemble import assemble_pack
@@ -163,6 +165,9 @@ def collate_packs(
         shifted = conventions.pop()
     else:
         shifted = check_labels(labels) == "shifted"
+    mtp = {p.multi_token_prediction for p in packs}  # MTP packs (PackingStream) mark the batch
+    if len(mtp) > 1:
+        raise ValueError("packs mix multi_token_prediction=True and False; build all of them with one PackingConfig")
     check_int(pad_token_id, "pad_token_id")
     pad_values = check_pad_values(pad_values, pad_token_id)
     if pack_width is not None:
@@ -190,6 +195,8 @@ def collate_packs(
         if name not in emit:
             del batch[name]
     batch["labels_shifted"] = shifted
+    if mtp.pop():
+        batch["multi_token_prediction"] = True
     if max_seqlen == "tensor":
         for key in ("max_seqlen", "max_seqlen_padded", "max_length_q", "max_length_k"):
             batch[key] = torch.tensor(batch[key], dtype=torch.int32)

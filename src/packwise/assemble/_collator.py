@@ -17,9 +17,10 @@ class PackCollator:
 
     Args (keyword-only): as :func:`collate_packs` (``layout``, ``labels``, ``pack_width``, ``emit``,
     ``mrope``, ``max_seqlen``, ``max_segments``, ``pad_to_multiple_of``, ``pad_values``, ``pad_token_id``), plus
-    ``multi_token_prediction``:
-    refuse packs with images or video (Megatron's MTP conditions on the token embeddings, not on the
-    precomputed vision embeddings spliced into them; upstream Megatron-LM lacks that path, draft PR #7253).
+    ``multi_token_prediction``: mark every batch ``multi_token_prediction=True`` (``to_packed_seq_params(batch)``
+    then gives MTP's physical boundaries) and refuse packs with images or video (Megatron's MTP conditions on
+    the token embeddings, not on the precomputed vision embeddings spliced into them; upstream Megatron-LM
+    lacks that path, draft PR #7253).
 
     Example:
         >>> from packwise.assemble import assemble_pack
@@ -65,4 +66,7 @@ class PackCollator:
                         "layers embed the rolled token ids and never see the image embeddings (upstream "
                         "Megatron-LM draft #7253); train multimodal data without MTP"
                     )
-        return collate_packs(packs, **self.options)
+        batch = collate_packs(packs, **self.options)
+        if self.multi_token_prediction:  # to_packed_seq_params(batch) reads it: MTP's layout by default
+            batch["multi_token_prediction"] = True
+        return batch

@@ -10,7 +10,7 @@ import torch
 from ._pack import PackedSequence
 
 
-def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
+def to_packed_seq_params(batch, *, multi_token_prediction: bool | None = None):
     """megatron-core's ``PackedSeqParams(qkv_format="thd", ...)``, or the same keys as a dict without it.
 
     ``cu_seqlens_q/kv`` are the real cumulative lengths and ``cu_seqlens_q/kv_padded`` the physical ones
@@ -19,7 +19,9 @@ def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
     an int; a batch's ``max_length_q`` may be a one-element tensor after a tensor-parallel broadcast).
 
     ``multi_token_prediction=True`` (``PackingConfig.consumer.multi_token_prediction``) sets
-    ``cu_seqlens_q/kv`` to the physical boundaries too — NeMo-RL's layout. megatron-core's MTP
+    ``cu_seqlens_q/kv`` to the physical boundaries too — NeMo-RL's layout. The default ``None`` reads the
+    batch's own mark: batches of an MTP config (``cfg.collator()``, ``cfg.loader()``, packs of
+    ``cfg.stream()``) carry ``multi_token_prediction=True``, so a plain call is right for them. megatron-core's MTP
     ``roll_tensor`` slices the token row by ``cu_seqlens_q``; with alignment padding the real boundaries
     point into the wrong documents (measured: MTP loss 4.167337 instead of 4.155380), the physical ones roll
     each document within its own padded segment, whose padding carries no label and no loss mask. Attention
@@ -33,7 +35,8 @@ def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
     segment index of every token; the fields are looked up on the class, not inferred from a version.
 
     Raises:
-        ValueError: a padded-layout batch (Megatron THD needs one row).
+        ValueError: a padded-layout batch (Megatron THD needs one row); ``multi_token_prediction=False`` for a
+            batch marked ``multi_token_prediction=True`` (MTP's ``roll_tensor`` would mix documents).
 
     Example:
         >>> from packwise.assemble import assemble_pack
@@ -52,7 +55,15 @@ def to_packed_seq_params(batch, *, multi_token_prediction: bool = False):
             raise ValueError("to_packed_seq_params needs a layout='thd' batch (one row) or a PackedSequence")
         cu, cu_padded = batch["cu_seqlens"], batch["cu_seqlens_padded"]
         longest = int(batch["max_length_q"])
-    if multi_token_prediction:
+    is_pack = isinstance(batch, PackedSequence)
+    marked = batch.multi_token_prediction if is_pack else bool(batch.get("multi_token_prediction", False))
+    if multi_token_prediction is False and marked:
+        raise ValueError(
+            "to_packed_seq_params(multi_token_prediction=False) on a batch built for Megatron MTP "
+            "(multi_token_prediction=True in the batch): the real cu_seqlens would let MTP's roll_tensor roll a "
+            "document's first token into the previous one's padding; drop the argument (the batch's mark is used)"
+        )
+    if multi_token_prediction or marked:
         cu = cu_padded
     elif int(cu[-1]) != int(cu_padded[-1]) and int(cu[-1]) != int(cu[-2]) and torch.equal(cu[:-1], cu_padded[:-1]):
         # Only the last segment is padded, and it is a real document. Transformer Engine <= 2.17 then infers

@@ -51,6 +51,8 @@ class PackedSequence:
         media: per-sample tensors that are not per token — ``pixel_values (patches, D)``, ``image_grid_thw
             (images, 3)`` (and the video twins) — concatenated in sequence order.
         labels_shifted: the label convention of ``labels`` (False: HF, unshifted; True: Megatron, shifted).
+        multi_token_prediction: built for Megatron MTP (``PackingStream(multi_token_prediction=True)``):
+            :func:`to_packed_seq_params` then gives MTP's layout by default.
 
     Example:
         >>> from packwise.assemble import assemble_pack
@@ -72,6 +74,7 @@ class PackedSequence:
     metadata: dict[str, list] = field(default_factory=dict)
     media: dict[str, torch.Tensor] = field(default_factory=dict)
     labels_shifted: bool = False
+    multi_token_prediction: bool = False
     _segments: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -18,6 +18,7 @@ canonical window order, so the packs are the same whatever the number of workers
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -82,6 +83,8 @@ class PackingStream(IterableDataset, SampleRules):
             :func:`~packwise.assemble.assemble_pack`; planning uses aligned lengths.
         max_segments: a pack holds at most this many segments: ``max_segments`` documents, one fewer with
             ``pad_to`` (its tail padding is a segment) — what ``collate_packs(max_segments=...)`` pads to.
+        multi_token_prediction: mark every pack for Megatron MTP (``consumer.multi_token_prediction``): then
+            ``to_packed_seq_params(pack)`` and the collated batches give MTP's physical boundaries by default.
         **algorithm_options: options of the planner (``delta`` for ``balanced_greedy_knapsack``).
 
     Attributes:
@@ -124,6 +127,7 @@ class PackingStream(IterableDataset, SampleRules):
         pad_token_id: int = 0,
         labels_shifted: bool = False,
         max_segments: int | None = None,
+        multi_token_prediction: bool = False,
         **algorithm_options,
     ) -> None:
         buffer_size, capacity = _plain_int(buffer_size), _plain_int(capacity)  # numpy integers as plan_packs takes
@@ -151,6 +155,7 @@ class PackingStream(IterableDataset, SampleRules):
         self.drop_last, self.shuffle, self.assemble = drop_last, shuffle, assemble
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
         self.labels_shifted, self.max_segments = bool(labels_shifted), check_max_segments(max_segments)
+        self.multi_token_prediction = bool(multi_token_prediction)
         self._max_docs = segment_cap(self.max_segments, pad_to)
         self.algorithm_options = algorithm_options
         self.epoch = 0
@@ -289,6 +294,8 @@ class PackingStream(IterableDataset, SampleRules):
             seqs, alignment=self.alignment, pad_to=self.pad_to, pad_token_id=self.pad_token_id,
             labels_shifted=self.labels_shifted,
         )  # fmt: skip
+        if self.multi_token_prediction:  # to_packed_seq_params(pack) reads the mark: MTP's layout by default
+            pack = dataclasses.replace(pack, multi_token_prediction=True)
         used = int(pack.cu_seqlens_padded[-1])
         if used > self.capacity:  # only a length_fn that under-reports samples without input_ids gets here
             raise ValueError(

@@ -45,7 +45,7 @@ from ._guard import (
 )
 from ._mask import check_mask_only_features
 from ._mixers import patch_mixers, row_scope
-from ._router import without_padding
+from ._router import routes, without_padding
 
 __all__ = [
     "HF_KEYS", "PackedDataCollator", "PackingRefused", "attention_name", "packwise_attention_forward",
@@ -74,6 +74,9 @@ class PackedDataCollator:
         max_segments: give ``cu_seq_lens_q/k`` exactly ``max_segments + 1`` entries (the last boundary
             repeated: empty segments) so ``torch.compile`` sees one shape; a batch with more segments
             (documents, plus one for ``pad_to_multiple_of`` padding) is refused by name.
+        drop_columns: names of the rows' columns to leave out (e.g. ``("id",)`` under
+            ``remove_unused_columns=False``), each drop counted in ``dropped_columns`` (name -> rows). Any other
+            column without one value per token (a scalar, a string) is refused by name.
 
     Rows may also be :class:`~packwise.assemble.PackedSequence` objects (``PackedParquetDataset`` items).
     Every other per-token column of a row (``token_type_ids``, ...) travels per document, as
@@ -81,6 +84,12 @@ class PackedDataCollator:
     own ``position_ids`` are kept — split by ``seq_lengths`` on a packed row — the one rule of every loader
     (``collate_packs`` keeps a pack's positions): they are data (a chunk that continues a document at 10);
     rows without them restart at ``position_offset``. An empty row (no ``input_ids``) is refused by index.
+
+    Raises:
+        ValueError: a row column that is neither per token nor read by the collator (``{"id": "row-7"}``),
+            naming it: remove it (``dataset.remove_columns(["id"])``; ``Trainer``'s default
+            ``remove_unused_columns=True`` does) or list it in ``drop_columns``.
+        TypeError: ``drop_columns`` not a collection of column names, or naming ``input_ids``.
 
     Returns (``__call__``):
         ``input_ids [1, T]`` int64, ``labels [1, T]`` int64 (the first label of every document -100),
@@ -109,7 +118,14 @@ class PackedDataCollator:
         pad_token_id: int = 0,
         return_packwise_keys: bool = False,
         max_segments: int | None = None,
+        drop_columns: Sequence[str] = (),
     ) -> None:
+        if isinstance(drop_columns, str) or not all(isinstance(c, str) for c in drop_columns):
+            raise TypeError(f"drop_columns={drop_columns!r}: pass a tuple of column names, e.g. drop_columns=('id',)")
+        if "input_ids" in drop_columns:
+            raise TypeError("drop_columns names 'input_ids': the tokens are what the collator packs; keep them")
+        self.drop_columns = tuple(drop_columns)
+        self.dropped_columns: dict[str, int] = dict.fromkeys(self.drop_columns, 0)  # name -> rows it was dropped from
         self.pad_to_multiple_of = pad_to_multiple_of
         self.alignment = alignment
         self.position_offset = position_offset
@@ -117,13 +133,20 @@ class PackedDataCollator:
         self.return_packwise_keys = return_packwise_keys
         self.max_segments = check_max_segments(max_segments)
         self._trainer_checked = False
+        self._unpatched_router = None  # the Trainer's MoE model when use_packed_attention did not wrap it
 
     def __call__(self, features: Sequence[Mapping]) -> PackedBatch:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
+        if self.drop_columns:
+            features = [self._drop(f) for f in features]
         if not self._trainer_checked:  # once per collator, when a Trainer calls it
             packed = any(isinstance(f, PackedSequence) or "seq_lengths" in f for f in features)
-            self._trainer_checked = _check_trainer_kept_boundaries(packed=packed)
+            trainer = _check_trainer_kept_boundaries(packed=packed)
+            self._trainer_checked = trainer is not None
+            model = getattr(trainer, "model", None)
+            moe = isinstance(model, torch.nn.Module) and routes(model) and not _wrapped(model)
+            self._unpatched_router = model if moe else None
         if not any(isinstance(f, PackedSequence) or "loss_mask" in f for f in features):
             # one fused pass (same batch, bit for bit): HF rows only; Megatron rows (labels + loss_mask) and packs
             # take the two-step path, which converts them to HF labels or refuses a conversion that loses a target
@@ -156,32 +179,47 @@ class PackedDataCollator:
         out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
         out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
         if bool(batch["padding_mask"].any()):  # for the router statistics of MoE models (see _router.py)
+            if self._unpatched_router is not None:  # its forward would swallow padding_mask in **kwargs
+                raise ValueError(
+                    f"this batch has {int(batch['padding_mask'].sum())} padding tokens (alignment={self.alignment}, "
+                    f"pad_to_multiple_of={self.pad_to_multiple_of}) and the Trainer's "
+                    f"{type(self._unpatched_router).__name__} computes MoE router statistics but its forward is not "
+                    "packwise's: padding_mask would vanish in **kwargs and the load-balancing loss would count the "
+                    "padding. Fix: use_packed_attention(model) before the Trainer, or alignment=1, pad_to_multiple_of=1"
+                )
             out["padding_mask"] = batch["padding_mask"]
         return out
 
+    def _drop(self, feature):
+        if isinstance(feature, PackedSequence) or not isinstance(feature, Mapping):
+            return feature  # a pack holds no row columns; a non-dict row is refused by name later
+        for name in self.drop_columns:
+            self.dropped_columns[name] += name in feature
+        return {k: v for k, v in feature.items() if k not in self.drop_columns}
 
-def _check_trainer_kept_boundaries(*, packed: bool = False) -> bool:
+
+def _check_trainer_kept_boundaries(*, packed: bool = False):
     """Raise if a ``transformers.Trainer`` up the call stack pruned ``seq_lengths`` from a packed dataset.
 
     The Trainer drops dataset columns that are not ``model.forward`` parameters before the collator runs, so
     a pack would reach the model as one document. Checked on the collator's first batch (in the process that
     runs the Trainer: ``dataloader_num_workers=0``, the default). Also refuses accelerate's batch dispatching
     of an iterable dataset (it slices ``cu_seq_lens_q/k`` to the batch size). ``packed``: the rows still carry
-    ``seq_lengths`` (nothing was pruned). Returns whether a Trainer was found.
+    ``seq_lengths`` (nothing was pruned). Returns the Trainer found, or None.
     """
     trainer_mod = sys.modules.get("transformers.trainer")
     if trainer_mod is None:
-        return False
+        return None
     frame = sys._getframe(2)
     for _ in range(64):
         if frame is None:
-            return False
+            return None
         trainer = frame.f_locals.get("self")
         if isinstance(trainer, trainer_mod.Trainer):
             break
         frame = frame.f_back
     else:
-        return False
+        return None
     if not packed:
         _check_pruned(trainer)
     dispatch = getattr(getattr(trainer.args, "accelerator_config", None), "dispatch_batches", None)
@@ -195,7 +233,7 @@ def _check_trainer_kept_boundaries(*, packed: bool = False) -> bool:
             "iterable datasets) and slices every tensor to the batch size along dim 0 — cutting cu_seq_lens_q/k to "
             "one value. Fix: TrainingArguments(accelerator_config={'dispatch_batches': False})"
         )
-    return True
+    return trainer
 
 
 def _check_pruned(trainer) -> None:
@@ -336,9 +374,14 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     return model
 
 
+def _wrapped(model) -> bool:
+    """Whether ``model.forward`` is the one :func:`use_packed_attention` installed (it reads ``padding_mask``)."""
+    return bool(getattr(getattr(model.forward, "__func__", None), "_packwise", False))
+
+
 def _wrap_forward(model) -> None:
     """Give ``model`` an instance ``forward`` that lists ``seq_lengths`` and refuses rows without boundaries."""
-    if getattr(getattr(model.forward, "__func__", None), "_packwise", False):
+    if _wrapped(model):
         return
     offset = position_offset(model)
     norms = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]

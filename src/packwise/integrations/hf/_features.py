@@ -35,6 +35,13 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
     clash = sorted(k for k in feature.keys() & set(PRODUCED) if isinstance(feature[k], _COLUMN_TYPES))
     if clash:  # as assemble_pack refuses it: the batch would hold packwise's value under the user's name
         raise ValueError(f"feature {index}: column {clash[0]!r} is a name packwise produces; rename the column")
+    stray = next((k for k, v in feature.items() if v is not None and not _carried(k, v) and k not in _OWN), None)
+    if stray is not None:  # a scalar or string: no value per token, so no place in the packed row
+        raise ValueError(
+            f"feature {index}: column {stray!r} holds {type(feature[stray]).__name__} {feature[stray]!r:.40}, not one "
+            f"value per token: the packed batch has no place for it. Remove it (dataset.remove_columns([{stray!r}])) "
+            f"or drop it by name: PackedDataCollator(drop_columns=({stray!r},)) (counted in .dropped_columns)"
+        )
     cols = {k: _array(v, k, index) for k, v in feature.items() if _carried(k, v)}
     ids = cols["input_ids"].reshape(-1)
     if ids.dtype.kind not in "iu":
@@ -96,6 +103,14 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
         raise ValueError(
             f"feature {index}: seq_lengths {lengths.tolist()} must be positive and sum to its {ids.shape[0]} tokens"
         )
+    odd = next((k for k, v in cols.items() if v.shape[0] != ids.shape[0]), None)
+    if odd is not None:  # pack_dataset's source_index: one value per document, no place in the token row
+        n, per_doc = cols[odd].shape[0], cols[odd].shape[0] == lengths.shape[0]
+        raise ValueError(
+            f"feature {index}: column {odd!r} of a packed row has {n} values"
+            f"{' (one per document)' if per_doc else ''} for its {ids.shape[0]} tokens: it is not per token. Drop "
+            f"it: PackedDataCollator(drop_columns=({odd!r},)) (counted) or dataset.remove_columns([{odd!r}])"
+        )
     cuts = np.cumsum(lengths)[:-1]
     parts = {k: np.split(v, cuts) for k, v in cols.items()}
     if pos is not None:  # the row's own positions, per document (MRoPE (3, T): split along the tokens)
@@ -116,6 +131,7 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
 
 #: Columns :func:`_sequences` reads itself (the others, per-token ones, are carried per document as they are).
 _READ = frozenset({"attention_mask", "seq_lengths", "position_ids", *MEDIA_KEYS})
+_OWN = _READ | frozenset(_TRL_MASKS)  # what the collator reads: not refused as a stray column
 
 
 def _empty(ids) -> bool:
@@ -128,7 +144,7 @@ def _empty(ids) -> bool:
 def _carried(name: str, value) -> bool:
     """Whether a feature column travels per document: ``input_ids``, ``labels``, ``loss_mask`` and every other
     per-token column (``token_type_ids``, ``mm_token_type_ids``, ...); TRL masks, padding, positions and media
-    are read separately, and scalars/strings (no value per token) stay out of the pack."""
+    are read separately, and scalars/strings (no value per token) are refused by :func:`_sequences`."""
     if value is None or name in _READ or name in _TRL_MASKS:
         return False
     return name in ("labels", "loss_mask") or isinstance(value, _COLUMN_TYPES)
