@@ -255,7 +255,9 @@ def _check_family(multimodal: dict, expected: MediaFamily | None, path: Path) ->
             f"{path}: metadata.json's multimodal.media_family={family!r} is not one of "
             f"{', '.join(get_args(MediaFamily))}; this packwise cannot read it — re-pack with this version"
         )
-    if expected is not None and (expected not in get_args(MediaFamily) or family != expected):
+    if expected is not None and expected not in get_args(MediaFamily):
+        raise ValueError(f"media_family={expected!r} is not one of {', '.join(get_args(MediaFamily))}; pick one")
+    if expected is not None and family != expected:
         raise ValueError(
             f"{path}: packed with media_family={family!r} but media_family={expected!r} was asked for; re-run packwise "
             f"pack --media-family {expected}, or load it as {family!r}"
