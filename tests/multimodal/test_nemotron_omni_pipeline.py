@@ -116,7 +116,9 @@ def test_family_mismatch_and_video_and_long_clip_refused_by_name(packed, media):
     spec = VisionSpec(media_family="nemotron-omni")
     video = {"messages": [{"role": "user", "content": [{"type": "video", "path": "astro.png"}]},
                           {"role": "assistant", "content": "x"}]}  # fmt: skip
-    with pytest.raises(ValueError, match=r"video part, which packwise does not encode for media_family 'nemotron-omni'"):
+    with pytest.raises(
+        ValueError, match=r"video part, which packwise does not encode for media_family 'nemotron-omni'"
+    ):
         pack_dataset(write(media / "video.jsonl", [video]), capacity=512, vision=spec)
     with pytest.raises(ValueError, match=r"long\.wav, which cannot be used .*48000 samples; a clip needs 1 to 32000"):
         pack_dataset(write(media / "long.jsonl", [chat(("audio", "long.wav"))]), capacity=512, vision=spec)
