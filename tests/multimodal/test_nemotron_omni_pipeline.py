@@ -157,3 +157,15 @@ def test_parquet_batch_feeds_tiny_nemotron_omni_isolated(packed, media):
             leaks.append((raw[a:b] - want).abs().max().item())
     assert len(diffs) == 4 and max(diffs) <= 1e-5, diffs
     assert sorted(leaks)[1] > 1e-3, leaks  # the control: every document after the first leaks without packwise
+
+
+def test_truncation_keeps_a_clip_whole_and_counts_it(media):
+    from packwise.multimodal import VisionSpec
+
+    row = chat(("text", "word " * 20), ("audio", "tone.wav"), ("text", "x"))
+    src = write(media / "trunc.jsonl", [row])
+    table, report = pack_dataset(src, capacity=30, vision=VisionSpec(media_family="nemotron-omni"))
+    ids = np.asarray(table.column("input_ids").to_pylist()[0])
+    assert (ids == AUD).sum() == 0 and (ids == AUD_S).sum() == 0 and len(ids) <= 30
+    assert report.multimodal["audio_dropped"] == 1 and report.samples_truncated == 1
+    assert report.tokens_read == report.tokens_packed + report.tokens_truncated
