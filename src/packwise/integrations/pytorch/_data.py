@@ -170,27 +170,31 @@ class PackedParquetDataset(Dataset):
         ]  # fmt: skip
         multimodal = self.metadata.get("multimodal") or {}
         if multimodal.get("media_family") == "nemotron-omni":
+            self._add_nemotron(row, index, sequences, multimodal)
+        else:
+            if "image_paths" in row.column_names:
+                self._add_images(row, index, sequences)
             if "video_paths" in row.column_names:
-                raise ValueError(f"{self.path} pack {index}: nemotron-omni packs hold no videos; re-run packwise pack")
-            if "image_sha256" in row.column_names:
-                root = multimodal.get("media_root")
-                paths = [str(Path(root) / p) if root else p for p in row.column("image_paths")[0].as_py()]
-                self._check_digests(paths, row.column("image_sha256")[0].as_py(), index)
-            from ._nemotron import add_nemotron
+                from ._media import add_video
 
-            add_nemotron(row, sequences, multimodal, where=f"{self.path} pack {index}")
-            return assemble_pack(sequences, **options)
-        if "image_paths" in row.column_names:
-            self._add_images(row, index, sequences)
-        if "video_paths" in row.column_names:
-            from ._media import add_video
+                add_video(row, sequences, multimodal, where=f"{self.path} pack {index}")
+            if "audio_paths" in row.column_names:
+                from ._media import add_audio
 
-            add_video(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
-        if "audio_paths" in row.column_names:
-            from ._media import add_audio
-
-            add_audio(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
+                add_audio(row, sequences, multimodal, where=f"{self.path} pack {index}")
         return assemble_pack(sequences, **options)
+
+    def _add_nemotron(self, row, index: int, sequences: list[dict], multimodal: dict) -> None:
+        """Nemotron-Omni media and 1-D positions (``_nemotron.add_nemotron``), after the image hashes."""
+        from ._nemotron import add_nemotron
+
+        if "video_paths" in row.column_names:
+            raise ValueError(f"{self.path} pack {index}: nemotron-omni packs hold no videos; re-run packwise pack")
+        if "image_sha256" in row.column_names:
+            root = multimodal.get("media_root")
+            paths = [str(Path(root) / p) if root else p for p in row.column("image_paths")[0].as_py()]
+            self._check_digests(paths, row.column("image_sha256")[0].as_py(), index)
+        add_nemotron(row, sequences, multimodal, where=f"{self.path} pack {index}")
 
     def _add_images(self, row, index: int, sequences: list[dict]) -> None:
         """Re-materialise ``pixel_values`` from the recorded image paths and give every sequence its MRoPE
