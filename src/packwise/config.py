@@ -71,6 +71,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._build import ConfigBuilders
 from ._config_files import _config_error, _merge, read_config_file
+from .constants import MediaFamily
 from .plan import ALGORITHM_OPTIONS, MAX_CAPACITY, alignment_multiple, check_algorithm_options, resolve_algorithm
 
 
@@ -123,6 +124,7 @@ class Multimodal(_Frozen):
     min_pixels: int = Field(56 * 56, ge=1, strict=True)
     max_pixels: int = Field(28 * 28 * 16384, ge=1, strict=True)
     media_root: str | None = None  # images must be inside it; None: the input file's folder
+    media_family: MediaFamily = "qwen2.5-vl"  # the model family whose media encoding is written
 
     @model_validator(mode="after")
     def _bounds(self) -> Multimodal:
@@ -417,6 +419,7 @@ class PackingConfig(ConfigBuilders, _Frozen):
                 min_pixels=self.multimodal.min_pixels,
                 max_pixels=self.multimodal.max_pixels,
                 media_root=self.multimodal.media_root,
+                media_family=self.multimodal.media_family,
             ),
             **({"algorithm_options": self.algorithm_options} if self.algorithm_options else {}),
             **({"drop_fields": tuple(self.drop_fields)} if self.drop_fields else {}),

@@ -11,6 +11,11 @@ IGNORE_INDEX = -100
 #: added tokens at those ids): ``multimodal.AudioSpec``'s defaults and the literal-token check of ``text``.
 AUDIO_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_END_TOKEN_ID = 151646, 151647, 151648
 
+#: The model family whose media encoding the offline pipeline writes and ``PackedParquetDataset`` re-materialises:
+#: Qwen2.5-VL/Omni (14-px patches, MRoPE, Whisper features) or Nemotron-Omni (``nemotron_h_omni``: 16-px RADIO
+#: patches with ``image_grid_hw``, Parakeet mel ``input_features_mask``, 1-D positions). Recorded in metadata.json.
+MediaFamily = Literal["qwen2.5-vl", "nemotron-omni"]
+
 Kind = Literal["input", "token", "boundary", "scalar", "media", "metadata"]
 
 #: Every key packwise puts in a batch -> ``(kind, read by HF models)``. Kinds: ``input`` — a per-token

@@ -65,12 +65,14 @@ def test_every_choice_is_its_literal():
         ("pack", "loss_on"): ("assistant", "all"),
         ("pack", "input_format"): ("jsonl", "parquet", "hf"),
         ("pack", "engine"): ("local", "ray"),
+        ("pack", "media_family"): ("qwen2.5-vl", "nemotron-omni"),
     }
     assert {name: values for (_, name), values in choices.items()} == CHOICES
     assert CHOICES["overflow"] == get_args(PackingConfig.model_fields["overflow"].annotation) == OVERFLOW_POLICIES
     assert CHOICES["loss_on"] == get_args(PackingConfig.model_fields["loss_on"].annotation)
     assert CHOICES["input_format"] == FORMATS
     assert CHOICES["engine"] == get_args(Engine)
+    assert CHOICES["media_family"] == get_args(Multimodal.model_fields["media_family"].annotation)
 
 
 def test_help_lists_the_choices_and_defaults():

@@ -84,6 +84,7 @@ VARIANTS = {
     "multimodal.media_root": ({}, {"multimodal": {"media_root": "/data/media"}}),
     "multimodal.min_pixels": ({}, {"multimodal": {"min_pixels": 28 * 28}}),
     "multimodal.max_pixels": ({}, {"multimodal": {"max_pixels": 28 * 28 * 64}}),
+    "multimodal.media_family": ({}, {"multimodal": {"media_family": "nemotron-omni"}}),
     "tokenizer": ({}, {"tokenizer": "qwen2.5"}),
     "chat_template": ({}, {"chat_template": "chatml"}),
     "loss_on": ({}, {"loss_on": "all"}),

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 from ..config import Multimodal, PackingConfig
+from ..constants import MediaFamily
 from ..files import Format
 from ..pipeline import Overflow
 from ..plan import ALGORITHMS, ALIASES
@@ -34,10 +35,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "loss_on": get_args(LossOn),
     "input_format": get_args(Format),
     "engine": get_args(Engine),
+    "media_family": get_args(MediaFamily),
 }
 
 #: PackingConfig fields under ``multimodal`` that ``packwise pack`` takes as top-level flags.
-MULTIMODAL_FLAGS = ("min_pixels", "max_pixels", "media_root")
+MULTIMODAL_FLAGS = ("min_pixels", "max_pixels", "media_root", "media_family")
 
 #: ``--algorithm`` help: every algorithm and alias the planner takes (case-insensitive, ``-`` for ``_``).
 ALGORITHM_HELP = f"Packing algorithm ({', '.join(ALGORITHMS)}) or alias ({', '.join(ALIASES)})."

@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 
 from ..config import PackingConfig
+from ..constants import MediaFamily
 from ..files import Format, OutputDir, check_input_path, loads_unique
 from ..pipeline import Overflow, PackReport, chitchat_input, pack_columns, write_packs
 from ..report import plot_dependency_error, preload, write_report
@@ -106,6 +107,10 @@ def pack(
             help="Images must be inside this folder; relative paths are relative to it (default: INPUT's folder)."
         ),
     ] = DEFAULTS["media_root"],
+    media_family: Annotated[
+        MediaFamily,
+        typer.Option(help="Media encoding of the model family (Qwen2.5-VL/Omni or Nemotron-Omni images + audio)."),
+    ] = DEFAULTS["media_family"],
     packs_per_shard: Annotated[int, typer.Option(help="Packs per Parquet shard.")] = 10_000,
     write_report_files: Annotated[
         bool,
@@ -274,7 +279,7 @@ def _print_result(report: PackReport, output: str, report_files: list[Path], *, 
 CONFIG_FLAGS = (
     "capacity", "algorithm", "seed", "overflow", "tokenizer", "chat_template", "loss_on", "skip_bad_rows",
     "max_sequences_per_pack", "max_segments", "min_packs", "pack_count_multiple", "alignment", "min_pixels",
-    "max_pixels", "media_root", "drop_fields",
+    "max_pixels", "media_root", "drop_fields", "media_family",
 )  # fmt: skip
 
 

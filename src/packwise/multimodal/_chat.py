@@ -16,6 +16,7 @@ from pathlib import Path
 from ..files import BadRow
 from ._audio import AudioSpec, audio_features, load_audio
 from ._images import VisionSpec, image_grid, load_image
+from ._nemotron import NemotronOmniSpec, nemotron_audio
 
 PLACEHOLDER = "<image>"
 VISION_START, IMAGE_PAD, VISION_END = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
@@ -55,7 +56,11 @@ def _image(
 ) -> tuple[str, tuple[int, int, int], str]:
     full = _media_path(path, base_dir, spec, where, field, "image")
     try:
-        grid = image_grid(load_image(full, where), spec)
+        image = load_image(full, where)
+        if spec.media_family == "nemotron-omni":  # RADIO patches: (1, grid_h, grid_w), merge² patches a token
+            grid = (1, *NemotronOmniSpec().grid(image.height, image.width))
+        else:
+            grid = image_grid(image, spec)
     except ValueError as e:
         raise BadRow(where, field, f"names image {full}, which cannot be read ({e.__cause__ or e})") from e
     text = VISION_START + IMAGE_PAD * spec.tokens(grid) + VISION_END
@@ -103,12 +108,29 @@ def _audio(
 ) -> tuple[str, int, str]:
     """``(recorded path, real mel frames, placeholder text)`` of one clip (frames from the Whisper features)."""
     full = _media_path(path, base_dir, vision, where, field, "audio")
+    if vision.media_family == "nemotron-omni":
+        return _nemotron_audio(full, vision, tokenizer, where, field)
     try:
         _, mask = audio_features([load_audio(full, spec, where)], spec)
     except ValueError as e:
         raise BadRow(where, field, f"names audio {full}, which cannot be used ({e})") from e
     frames = int(mask.sum())
     return _recorded(full, vision), frames, spec.placeholder(tokenizer, frames)
+
+
+def _nemotron_audio(full: Path, vision: VisionSpec, tokenizer, where: str, field: str) -> tuple[str, int, str]:
+    """Nemotron-Omni's clip: ``(recorded path, mel frames = samples // hop, placeholder text)`` with
+    :meth:`NemotronOmniSpec.audio_tokens` ``<so_embedding>`` tokens between the audio start/end tokens."""
+    omni = NemotronOmniSpec()
+    try:
+        wave = load_audio(full, AudioSpec(sampling_rate=omni.sampling_rate), where)
+        nemotron_audio([wave], omni)  # the same checks (clip length) as the loader's features
+    except ValueError as e:
+        raise BadRow(where, field, f"names audio {full}, which cannot be used ({e})") from e
+    start, pad, end = tokenizer.convert_ids_to_tokens(
+        [omni.audio_start_token_id, omni.audio_token_id, omni.audio_end_token_id]
+    )
+    return _recorded(full, vision), len(wave) // omni.hop_length, start + pad * omni.audio_tokens(len(wave)) + end
 
 
 def expand_images(
@@ -151,6 +173,12 @@ def expand_images(
                     path, grid, text = _image(part.get("path"), base_dir, spec, where, f"{field}.path")
                     refs.append((path, grid))
                     parts.append(text)
+                elif kind == "video" and spec.media_family == "nemotron-omni":
+                    raise BadRow(
+                        where, field, "is a video part, which packwise does not encode for media_family "
+                        "'nemotron-omni' (images and audio only)",
+                        "drop the video, or pack for media_family 'qwen2.5-vl'",
+                    )  # fmt: skip
                 elif kind == "video" and isinstance(part, dict):
                     ref, text = _video(part, base_dir, spec, where, field)
                     refs.append(ref)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
+
+from ..constants import MediaFamily
 
 QWEN2VL_MIN_PIXELS = 56 * 56
 QWEN2VL_MAX_PIXELS = 28 * 28 * 16384
@@ -31,6 +34,12 @@ class VisionSpec:
         image_token_id, vision_start_token_id, vision_end_token_id: Qwen2.5 special tokens.
         media_root: the folder images must be inside; relative image paths are relative to it (None: the
             input file's folder — see ``packwise.pipeline._media.resolve_media_path``).
+        media_family: whose media encoding the offline pipeline writes (:data:`packwise.constants.MediaFamily`):
+            ``"qwen2.5-vl"`` (these sizes) or ``"nemotron-omni"`` (:class:`NemotronOmniSpec`'s grid and audio
+            rules; the pixel bounds and patch sizes here are then unused).
+
+    Raises:
+        ValueError: an unknown ``media_family``, naming it and the choices.
 
     Example:
         >>> from PIL import Image
@@ -50,6 +59,14 @@ class VisionSpec:
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
     media_root: str | None = None
+    media_family: MediaFamily = "qwen2.5-vl"
+
+    def __post_init__(self) -> None:
+        if self.media_family not in get_args(MediaFamily):
+            raise ValueError(
+                f"media_family={self.media_family!r} is not one of {', '.join(get_args(MediaFamily))}; pick the "
+                "family of the model you train"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

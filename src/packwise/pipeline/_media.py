@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..files import BadRow, resolve_media_path  # noqa: F401  (re-exported: pipeline's layer API)
-from ..multimodal import AudioSpec, VisionSpec
+from ..multimodal import AudioSpec, NemotronOmniSpec, VisionSpec
 
 MM_COLUMN = "mm_token_type_ids"
 AUDIO = AudioSpec()  # the offline pipeline featurizes with the Qwen2.5-Omni / Qwen2-Audio defaults
@@ -77,7 +77,7 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
     blocks = len([r for r in refs if not is_audio(r)])  # images and videos both sit in vision blocks
     refs = [r for r in refs if not is_audio(r) and not is_video(r)]
     is_audio_tok = ids == AUDIO.audio_token_id
-    need_audio = sum(AUDIO.tokens(f) for f in clips)
+    need_audio = sum(audio_tokens(f, spec) for f in clips)
     if int(is_audio_tok.sum()) != need_audio:
         raise BadRow(
             where, "messages", f"holds {int(is_audio_tok.sum())} audio tokens (id {AUDIO.audio_token_id}) but its "
@@ -107,6 +107,15 @@ def media_token_types(ids: np.ndarray, refs: list, spec: VisionSpec, where: str)
     return (is_image.astype(np.int8) + 2 * is_video_tok.astype(np.int8) + 3 * is_audio_tok.astype(np.int8)).astype(
         np.int8
     )
+
+
+def audio_tokens(frames: int, spec: VisionSpec) -> int:
+    """Audio placeholder tokens of a clip of ``frames`` real mel frames under ``spec.media_family``: Qwen2-Audio's
+    rule, or Nemotron-Omni's (``frames = samples // hop``, see :meth:`NemotronOmniSpec.audio_tokens`)."""
+    if spec.media_family == "nemotron-omni":
+        omni = NemotronOmniSpec()
+        return omni.audio_tokens(frames * omni.hop_length)
+    return AUDIO.tokens(frames)
 
 
 def media_blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ users call :func:`packwise.pack_dataset` or ``packwise pack``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -137,13 +137,17 @@ class PieceCounts:
         oc = self.overflow
         out = {**(vision or VisionSpec()).to_dict(), "images_packed": self.images_packed}
         out["images_dropped"] = oc.images_dropped
+        if out["media_family"] == "nemotron-omni":  # its sizes and ids, read back by PackedParquetDataset
+            from ..multimodal import NemotronOmniSpec
+
+            out["nemotron_omni"] = asdict(NemotronOmniSpec())
         if self.videos_packed or oc.videos_dropped:
             out |= {"videos_packed": self.videos_packed, "videos_dropped": oc.videos_dropped}
         if self.audio_packed or oc.audio_dropped:
             from ..multimodal import AudioSpec
 
             out |= {
-                "audio": AudioSpec().to_dict(),
+                **({} if out["media_family"] == "nemotron-omni" else {"audio": AudioSpec().to_dict()}),
                 "audio_packed": self.audio_packed,
                 "audio_dropped": oc.audio_dropped,
             }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from ...assemble import (
     PackedSequence,
     assemble_pack,
 )
+from ...constants import MediaFamily
 from ...files import check_checksum, check_column_types, packed_files, read_metadata, sha256_file, shard_records
 from ...plan import Cost, assign_to_ranks, pack_costs
 
@@ -41,10 +43,13 @@ class PackedParquetDataset(Dataset):
         verify_checksums: hash every shard once (SHA-256, on construction) and refuse one whose hash is not the
             one ``metadata.json`` records; False skips that read of the whole output (huge outputs). Outputs
             written before packwise recorded hashes are not checked.
+        media_family: the model family whose media the caller expects (``"qwen2.5-vl"``: MRoPE positions,
+            ``image_grid_thw``, Whisper features; ``"nemotron-omni"``: ``image_grid_hw``, Parakeet
+            ``input_features_mask``, 1-D positions); None takes the one metadata.json records.
 
     Raises:
         ValueError: ``path`` is not a packwise packed dataset, or a shard was changed after packwise wrote it
-            (naming the shard, the expected and actual hash).
+            (naming the shard, the expected and actual hash), or ``media_family`` differs from the recorded one.
 
     Example:
         >>> import tempfile
@@ -60,10 +65,11 @@ class PackedParquetDataset(Dataset):
 
     def __init__(
         self, path, *, alignment: int = 1, pad_to: int | None = None, pad_token_id: int = 0,
-        verify_checksums: bool = True,
+        verify_checksums: bool = True, media_family: MediaFamily | None = None,
     ) -> None:  # fmt: skip
         self.path = Path(path)
         self.metadata = read_metadata(self.path)
+        _check_family(self.metadata.get("multimodal") or {}, media_family, self.path)
         self.files = [str(f) for f in packed_files(self.path)]
         counts = [s["packs"] for s in self.metadata["shards"]]
         shards = shard_records(self.path, self.metadata["shards"]) if verify_checksums else self.metadata["shards"]
@@ -162,17 +168,33 @@ class PackedParquetDataset(Dataset):
             {name: torch.from_numpy(parts[i]) for name, parts in columns.items()} | {"source_index": sources[i]}
             for i in range(len(lengths))
         ]  # fmt: skip
-        if "image_paths" in row.column_names:
-            self._add_images(row, index, sequences)
-        if "video_paths" in row.column_names:
-            from ._media import add_video
+        multimodal = self.metadata.get("multimodal") or {}
+        if multimodal.get("media_family") == "nemotron-omni":
+            self._add_nemotron(row, index, sequences, multimodal)
+        else:
+            if "image_paths" in row.column_names:
+                self._add_images(row, index, sequences)
+            if "video_paths" in row.column_names:
+                from ._media import add_video
 
-            add_video(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
-        if "audio_paths" in row.column_names:
-            from ._media import add_audio
+                add_video(row, sequences, multimodal, where=f"{self.path} pack {index}")
+            if "audio_paths" in row.column_names:
+                from ._media import add_audio
 
-            add_audio(row, sequences, self.metadata.get("multimodal") or {}, where=f"{self.path} pack {index}")
+                add_audio(row, sequences, multimodal, where=f"{self.path} pack {index}")
         return assemble_pack(sequences, **options)
+
+    def _add_nemotron(self, row, index: int, sequences: list[dict], multimodal: dict) -> None:
+        """Nemotron-Omni media and 1-D positions (``_nemotron.add_nemotron``), after the image hashes."""
+        from ._nemotron import add_nemotron
+
+        if "video_paths" in row.column_names:
+            raise ValueError(f"{self.path} pack {index}: nemotron-omni packs hold no videos; re-run packwise pack")
+        if "image_sha256" in row.column_names:
+            root = multimodal.get("media_root")
+            paths = [str(Path(root) / p) if root else p for p in row.column("image_paths")[0].as_py()]
+            self._check_digests(paths, row.column("image_sha256")[0].as_py(), index)
+        add_nemotron(row, sequences, multimodal, where=f"{self.path} pack {index}")
 
     def _add_images(self, row, index: int, sequences: list[dict]) -> None:
         """Re-materialise ``pixel_values`` from the recorded image paths and give every sequence its MRoPE
@@ -227,6 +249,23 @@ class PackedParquetDataset(Dataset):
 
 #: Columns ``assemble_pack`` reads as loss masks, positions or media: a row with one takes the per-sequence path.
 _NOT_FLAT = frozenset(RESERVED) - {"input_ids", "labels"}
+
+
+def _check_family(multimodal: dict, expected: MediaFamily | None, path: Path) -> None:
+    """The media family recorded in metadata.json must be a known one, and the one the caller expects."""
+    family = multimodal.get("media_family", "qwen2.5-vl")  # outputs before media_family: Qwen2.5-VL media
+    if family not in get_args(MediaFamily):
+        raise ValueError(
+            f"{path}: metadata.json's multimodal.media_family={family!r} is not one of "
+            f"{', '.join(get_args(MediaFamily))}; this packwise cannot read it — re-pack with this version"
+        )
+    if expected is not None and expected not in get_args(MediaFamily):
+        raise ValueError(f"media_family={expected!r} is not one of {', '.join(get_args(MediaFamily))}; pick one")
+    if expected is not None and family != expected:
+        raise ValueError(
+            f"{path}: packed with media_family={family!r} but media_family={expected!r} was asked for; re-run packwise "
+            f"pack --media-family {expected}, or load it as {family!r}"
+        )
 
 
 def _flat_ok(flat: dict[str, np.ndarray]) -> bool:
