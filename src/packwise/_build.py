@@ -5,11 +5,39 @@ field in turn and checks that a built component's output changes)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .config import Consumer, Emit, Topology
 
 
 class ConfigBuilders:
     """Builder methods of :class:`packwise.PackingConfig` (mixed in; reads its fields)."""
+
+    if TYPE_CHECKING:  # PackingConfig's fields and properties that the builders read (declared there)
+        capacity: int
+        algorithm: str
+        algorithm_options: dict[str, Any]
+        overflow: Literal["truncate", "split", "drop", "error"]
+        topology: Topology
+        layout: Literal["thd", "padded"]
+        fixed_width: bool
+        emit: Emit
+        labels: Literal["hf", "shifted"]
+        loss_reduction: Literal["token_mean", "sequence_mean", "sum"]
+        buffer_size: int | None
+        consumer: Consumer
+        seed: int | None
+        max_sequences_per_pack: int | None
+        max_segments: int | None
+        min_packs: int | None
+        pack_count_multiple: int | None
+
+        @property
+        def documents_per_pack(self) -> int | None: ...
+
+        @property
+        def resolved_alignment(self) -> int: ...
 
     # -- keyword arguments, for callers that build the component themselves ---------------------------
     def plan_kwargs(self) -> dict[str, Any]:

@@ -6,12 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import repeat
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..assemble import MEDIA_KEYS
 from ..pipeline import cut_points
 from ._slice import _slice
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..pipeline import Overflow
 
 _INPUT_IDS = itemgetter("input_ids")
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -20,6 +26,14 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 class SampleRules:
     """Mixin of PackingStream: needs ``capacity``, ``alignment``, ``overflow``, ``length_fn``, ``assemble`` and
     ``stats``."""
+
+    if TYPE_CHECKING:  # set by PackingStream.__init__
+        capacity: int
+        alignment: int
+        overflow: Overflow
+        length_fn: Callable[[Mapping], int] | None
+        assemble: bool
+        stats: dict[str, int]
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
         """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs.

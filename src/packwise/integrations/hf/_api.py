@@ -360,7 +360,7 @@ def _wrap_forward(model) -> None:
     extra = inspect.Parameter("seq_lengths", inspect.Parameter.KEYWORD_ONLY, default=None)
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "seq_lengths"]
-    forward.__signature__ = inspect.Signature([*params, extra, *var_kw])
-    forward._packwise = True
+    forward.__dict__["__signature__"] = inspect.Signature([*params, extra, *var_kw])  # a function's attributes
+    forward.__dict__["_packwise"] = True
     forward.__doc__ = type(model).forward.__doc__
     model.forward = types.MethodType(forward, model)
