@@ -16,6 +16,7 @@ import sys
 import types
 from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any, cast
 
 import torch
 
@@ -118,7 +119,7 @@ class PackedDataCollator:
         self.max_segments = check_max_segments(max_segments)
         self._trainer_checked = False
 
-    def __call__(self, features: Sequence[Mapping]) -> PackedBatch:
+    def __call__(self, features: Sequence[Mapping]) -> dict[str, Any]:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
         if not self._trainer_checked:  # once per collator, when a Trainer calls it
@@ -127,7 +128,7 @@ class PackedDataCollator:
         if not any(isinstance(f, PackedSequence) or "loss_mask" in f for f in features):
             # one fused pass (same batch, bit for bit): HF rows only; Megatron rows (labels + loss_mask) and packs
             # take the two-step path, which converts them to HF labels or refuses a conversion that loses a target
-            batch = assemble_batch(
+            batch: PackedBatch = assemble_batch(
                 [_split(f, i) for i, f in enumerate(features)], alignment=self.alignment,
                 position_offset=self.position_offset, pad_token_id=self.pad_token_id,
                 pad_to_multiple_of=self.pad_to_multiple_of, max_segments=self.max_segments,
@@ -151,7 +152,7 @@ class PackedDataCollator:
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
             batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])
         if self.return_packwise_keys:
-            return batch
+            return cast("dict[str, Any]", batch)  # a PackedBatch is a plain dict, the rows' own columns included
         out = {k: batch[k] for k in HF_KEYS}
         out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
         out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
