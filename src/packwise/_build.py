@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from .assemble import PackedBatch
     from .config import Consumer, Emit, Topology
 
 
@@ -191,7 +192,7 @@ class ConfigBuilders:
 
         return PackedLoss(reduction=self.loss_reduction, cp_size=self.topology.cp, labels=self.labels)
 
-    def shard(self, batch: dict, *, cp_rank: int) -> dict:
+    def shard(self, batch: PackedBatch, *, cp_rank: int) -> PackedBatch:
         """Rank ``cp_rank``'s share of a batch (:func:`shard_for_context_parallel` with ``topology.cp``)."""
         from .assemble import shard_for_context_parallel
 
@@ -204,7 +205,7 @@ class ConfigBuilders:
 
         return to_packed_seq_params(batch, multi_token_prediction=self.consumer.multi_token_prediction)
 
-    def energon_settings(self) -> dict[str, dict[str, Any]]:
+    def energon_settings(self) -> dict[str, Any]:
         """What ``PackwiseTaskEncoderMixin(packing_config=cfg)`` uses: ``plan`` (:func:`plan_packs`
         kwargs), ``assemble``, ``collate``, ``overflow`` (applied per sample, media-safe), and ``dataset``
         (``packing_buffer_size`` for Energon's ``get_train_dataset``).

@@ -151,11 +151,12 @@ class PackedDataCollator:
         if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
             batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])
+        full = cast("dict[str, Any]", batch)  # a PackedBatch is a plain dict, the rows' own columns included
         if self.return_packwise_keys:
-            return cast("dict[str, Any]", batch)  # a PackedBatch is a plain dict, the rows' own columns included
-        out = {k: batch[k] for k in HF_KEYS}
-        out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
-        out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
+            return full
+        out = {k: full[k] for k in HF_KEYS}
+        out.update({k: full[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in full})
+        out.update({k: v for k, v in full.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
         if bool(batch["padding_mask"].any()):  # for the router statistics of MoE models (see _router.py)
             out["padding_mask"] = batch["padding_mask"]
         return out
@@ -173,7 +174,7 @@ def _check_trainer_kept_boundaries(*, packed: bool = False) -> bool:
     trainer_mod = sys.modules.get("transformers.trainer")
     if trainer_mod is None:
         return False
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     for _ in range(64):
         if frame is None:
             return False
