@@ -281,7 +281,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
         if extra:
             positions[total:] -= offset  # collate_packs' batch padding counts from 0
     row = _row if cpu else partial(_row_on, device=device)
-    batch: dict[str, Any] = {"labels": labels[None], "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
+    batch = {"labels": labels[None], "position_ids": row(positions), "padding_mask": row(lay.pad_mask)}
     for name in names:
         column = place(cols[name], name, pad_values.get(name, 0), None)
         if column.dim() != 1:

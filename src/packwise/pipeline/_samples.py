@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def tokenize_rows(
     raw: RawInput,
     tokenizer,
     *,
-    loss_on: str,
+    loss_on: Literal["assistant", "all"],
     chat_template: str | None,
     skip_bad_rows: bool,
     progress: Callable[[int], None] | None = None,
@@ -250,7 +251,7 @@ def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], refs: list
     from ._media import is_video
 
     has_images = bool(refs)
-    allowed = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
+    allowed: tuple[str, ...] = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
     allowed += ("<|video_pad|>",) if any(is_video(r) for r in refs) else ()
     bad = [i for i, t in vision_ids.items() if t not in allowed]
     if not bad or not ids.shape[0] or ids.max() < min(bad):  # one reduction instead of a test per id
