@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The most errors mypy may report (301 when the check was added, 292 with the pydantic plugin; lower it as you fix them).
-MAX_ERRORS = 49
+MAX_ERRORS = 29
 
 #: Folders (or modules) of src/packwise with no mypy error: a new one there fails the test.
 CLEAN = ("files", "report", "cli", "config.py")
