@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
 from ..constants import IGNORE_INDEX
 from ..files import SKIP_HINT, BadRow, DuplicateKeyError, RawInput, loads_unique
 from ._types import RowErrors, Samples
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -113,7 +116,8 @@ def tokenize_rows(
     columns = _text_columns(raw) + optional
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     renders_calls = isinstance(template, str) and "tool_calls" in template
-    rows = raw.rows if raw.rows is not None else raw.table.select(columns).to_pylist()
+    table = cast("pa.Table", raw.table)  # a RawInput without rows holds a table (RawInput.num_rows raises on neither)
+    rows = raw.rows if raw.rows is not None else table.select(columns).to_pylist()
     chats, chat_rows, skips, texts, text_rows = [], [], [], [], []
     refs_of: dict[int, list] = {}
     for i, row in enumerate(rows):
