@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from .assemble import PackedBatch
-    from .config import Consumer, Emit, Topology
 
 
 class ConfigBuilders:
@@ -20,14 +19,14 @@ class ConfigBuilders:
         algorithm: str
         algorithm_options: dict[str, Any]
         overflow: Literal["truncate", "split", "drop", "error"]
-        topology: Topology
+        topology: Any  # config.Topology, Emit, Consumer: config imports this module, not the other way
         layout: Literal["thd", "padded"]
         fixed_width: bool
-        emit: Emit
+        emit: Any
         labels: Literal["hf", "shifted"]
         loss_reduction: Literal["token_mean", "sequence_mean", "sum"]
         buffer_size: int | None
-        consumer: Consumer
+        consumer: Any
         seed: int | None
         max_sequences_per_pack: int | None
         max_segments: int | None
