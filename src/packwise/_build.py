@@ -5,11 +5,39 @@ field in turn and checks that a built component's output changes)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .assemble import PackedBatch
 
 
 class ConfigBuilders:
     """Builder methods of :class:`packwise.PackingConfig` (mixed in; reads its fields)."""
+
+    if TYPE_CHECKING:  # PackingConfig's fields and properties that the builders read (declared there)
+        capacity: int
+        algorithm: str
+        algorithm_options: dict[str, Any]
+        overflow: Literal["truncate", "split", "drop", "error"]
+        topology: Any  # config.Topology, Emit, Consumer: config imports this module, not the other way
+        layout: Literal["thd", "padded"]
+        fixed_width: bool
+        emit: Any
+        labels: Literal["hf", "shifted"]
+        loss_reduction: Literal["token_mean", "sequence_mean", "sum"]
+        buffer_size: int | None
+        consumer: Any
+        seed: int | None
+        max_sequences_per_pack: int | None
+        max_segments: int | None
+        min_packs: int | None
+        pack_count_multiple: int | None
+
+        @property
+        def documents_per_pack(self) -> int | None: ...
+
+        @property
+        def resolved_alignment(self) -> int: ...
 
     # -- keyword arguments, for callers that build the component themselves ---------------------------
     def plan_kwargs(self) -> dict[str, Any]:
@@ -164,7 +192,7 @@ class ConfigBuilders:
 
         return PackedLoss(reduction=self.loss_reduction, cp_size=self.topology.cp, labels=self.labels)
 
-    def shard(self, batch: dict, *, cp_rank: int) -> dict:
+    def shard(self, batch: PackedBatch, *, cp_rank: int) -> PackedBatch:
         """Rank ``cp_rank``'s share of a batch (:func:`shard_for_context_parallel` with ``topology.cp``)."""
         from .assemble import shard_for_context_parallel
 
@@ -177,7 +205,7 @@ class ConfigBuilders:
 
         return to_packed_seq_params(batch, multi_token_prediction=self.consumer.multi_token_prediction)
 
-    def energon_settings(self) -> dict[str, dict[str, Any]]:
+    def energon_settings(self) -> dict[str, Any]:
         """What ``PackwiseTaskEncoderMixin(packing_config=cfg)`` uses: ``plan`` (:func:`plan_packs`
         kwargs), ``assemble``, ``collate``, ``overflow`` (applied per sample, media-safe), and ``dataset``
         (``packing_buffer_size`` for Energon's ``get_train_dataset``).

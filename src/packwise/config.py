@@ -226,8 +226,8 @@ class PackingConfig(ConfigBuilders, _Frozen):
         caps = [self.max_sequences_per_pack]
         if self.max_segments is not None:
             caps.append(self.max_segments - (1 if self.fixed_width else 0))
-        caps = [c for c in caps if c is not None]
-        return min(caps) if caps else None
+        limits = [c for c in caps if c is not None]
+        return min(limits) if limits else None
 
     @property
     def resolved_alignment(self) -> int:

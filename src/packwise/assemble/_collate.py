@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -206,7 +206,9 @@ def collate_packs(
     batch.update(_media(packs))
     if metadata:
         batch["metadata"] = metadata
-    return batch
+    return cast(
+        "PackedBatch", batch
+    )  # PackedBatch: its fixed keys plus the rows' own columns (TypedDict cannot declare extra keys)
 
 
 def _media(packs: Sequence[PackedSequence]) -> dict[str, torch.Tensor]:
@@ -317,7 +319,7 @@ def _thd(packs, rows, mrope, multiple, pad_id) -> dict:
     segs = [p.segments() for p in packs]
     real = np.concatenate([r for r, _ in segs] + ([np.zeros(1, dtype=np.int64)] if extra else []))
     phys = np.concatenate([ph for _, ph in segs] + ([np.full(1, extra, dtype=np.int64)] if extra else []))
-    batch = {}
+    batch: dict[str, Any] = {}
     for name in rows[0]:
         parts = [r[name] for r in rows]
         cat = torch.cat(parts, dim=-1 if name == "position_ids" else 0) if len(parts) > 1 else parts[0]
@@ -372,7 +374,7 @@ def _padded(packs, rows, mrope, multiple, pad_id) -> dict:
         seq_rows.append(sidx)
         reals.append(r)
         physs.append(ph)
-    batch = {}
+    batch: dict[str, Any] = {}
     for name in padded_rows[0]:
         batch[name] = torch.stack([r[name] for r in padded_rows], dim=-2 if name == "position_ids" and mrope else 0)
     batch["seq_idx"] = torch.stack(seq_rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from ._batch import MEDIA_KEYS, PackedBatch
 from ._collate import EMIT, Layout, collate_packs
@@ -45,7 +45,7 @@ class PackCollator:
         pad_token_id: int = 0,
         max_segments: int | None = None,
     ) -> None:
-        self.options = {
+        self.options: dict[str, Any] = {
             "layout": layout, "labels": labels, "pack_width": pack_width, "emit": tuple(emit), "mrope": mrope,
             "max_seqlen": max_seqlen, "pad_to_multiple_of": pad_to_multiple_of, "pad_values": dict(pad_values or {}),
             "pad_token_id": pad_token_id, "max_segments": check_max_segments(max_segments),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -96,11 +97,12 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
     meta_keys = [k for k, v in first.items() if k not in RESERVED and v is not None and k not in names]
     first_keys = first.keys()
     media_keys = [k for k in MEDIA_KEYS if k in first_keys]
-    lengths, ids_list, labels, masks, positions = [], [], [], [], []
+    lengths, labels, masks, positions = [], [], [], []
+    ids_list: list[torch.Tensor] = []
     extra: dict[str, list] = {name: [] for name in names}
     metadata: dict[str, list] = {k: [] for k in meta_keys}
     media: dict[str, list] = {}
-    device = None
+    device: torch.device | None = None
     Tensor = torch.Tensor
     for i, seq in enumerate(sequences):
         keys = first_keys
@@ -125,7 +127,6 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 raise ValueError(f"sequence {i}: input_ids has shape {tuple(ids.shape)}; expected (L,) — one sequence")
             if ids.dtype in _NOT_IDS and ids.numel():
                 raise TypeError(f"sequence {i}: input_ids has dtype {ids.dtype}; token ids are integers")
-            ref = ids
         if i and (ids is not None) != bool(ids_list):
             raise ValueError(f"sequence {i}: input_ids present in some sequences but not others")
         lab = seq.get("labels")
@@ -136,10 +137,9 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
                 lab = lab.reshape(-1)
             if lab.dtype in _NOT_IDS and lab.numel():
                 raise TypeError(f"sequence {i}: labels has dtype {lab.dtype}; labels are token ids or -100 (integers)")
-        if ids is None:
-            ref = lab
-            if ref is None:
-                raise ValueError(f"sequence {i}: needs input_ids (or labels when a stage carries no tokens)")
+        ref = ids if ids is not None else lab
+        if ref is None:
+            raise ValueError(f"sequence {i}: needs input_ids (or labels when a stage carries no tokens)")
         length = ref.shape[0]
         if length == 0:
             raise ValueError(f"sequence {i} is empty (0 tokens); drop empty sequences before assembling")
@@ -231,7 +231,8 @@ def _collect(sequences: Sequence[Mapping]) -> _Columns:
         if ids_cat.dtype != torch.int64 or ids_cat.device != device:
             ids_cat = ids_cat.to(device=device, dtype=torch.int64)
     media_cat = {k: torch.cat([t.to(device) for t in v]) for k, v in media.items()}
-    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, device, media_cat, dtypes=mixed)
+    on = cast(torch.device, device)  # set by sequence 0 (non-empty: sequences[0] is read above)
+    return _Columns(lengths, ids_cat, labels, masks, positions, joined, metadata, on, media_cat, dtypes=mixed)
 
 
 def flat_columns(columns: Mapping[str, torch.Tensor], lengths: list[int], metadata: dict[str, list]) -> _Columns:
@@ -299,7 +300,7 @@ def validate_values(
     owners = [j for j, lab in enumerate(cols.labels) if lab is not None]
     if owners:
         if labels is None:
-            given = [cols.labels[j] for j in owners]
+            given = [lab for lab in cols.labels if lab is not None]  # the owners' labels, in order
             labels = torch.cat(given) if len(given) > 1 else given[0]
             owned = [lengths[j] for j in owners]
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from typing import Any, cast, overload
 
 import torch
 
@@ -30,6 +31,10 @@ def as_int(value) -> int | None:
         return None
 
 
+@overload
+def _check(cp_size, cp_rank: None = None) -> tuple[int, None]: ...
+@overload
+def _check(cp_size, cp_rank: int) -> tuple[int, int]: ...
 def _check(cp_size, cp_rank=None) -> tuple[int, int | None]:
     size = as_int(cp_size)
     if size is None or size < 1:
@@ -113,10 +118,13 @@ def shard_for_context_parallel(batch: PackedBatch, *, cp_size: int, cp_rank: int
     cp_size, cp_rank = _check(cp_size, cp_rank)
     idx = cp_indices(batch["cu_seqlens_padded"], cp_size, cp_rank)
     total = int(batch["cu_seqlens_padded"][-1])
-    if cp_size > 1 and not batch.get("labels_shifted", False) and isinstance(batch.get("labels"), torch.Tensor):
-        batch = _shifted(batch, total)
-    out = dict(batch)
-    for name, t in batch.items():
+    rows = cast(
+        "dict[str, Any]", batch
+    )  # PackedBatch: its fixed keys plus the rows' own columns (TypedDict cannot declare extra keys)
+    if cp_size > 1 and not rows.get("labels_shifted", False) and isinstance(rows.get("labels"), torch.Tensor):
+        rows = _shifted(rows, total)
+    out = dict(rows)
+    for name, t in rows.items():
         if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
             continue
         axis = _token_axis(name, t)
@@ -124,7 +132,7 @@ def shard_for_context_parallel(batch: PackedBatch, *, cp_size: int, cp_rank: int
             raise ValueError(f"batch[{name!r}] has shape {tuple(t.shape)}; expected {total} tokens on axis {axis}")
         out[name] = t.index_select(axis, idx.to(t.device))
     out["cp_size"], out["cp_rank"] = cp_size, cp_rank
-    return out
+    return cast("PackedBatch", out)
 
 
 def _shifted(batch: dict, total: int) -> dict:
@@ -193,15 +201,18 @@ def unshard_context_parallel(shards: Sequence[PackedBatch]) -> PackedBatch:
         raise ValueError("shards come from different batches (cu_seqlens_padded differ)")
     total = int(cu[-1])
     indices = [cp_indices(cu, cp_size, r) for r in range(cp_size)]
-    out = {k: v for k, v in shards[0].items() if k not in ("cp_size", "cp_rank")}
-    for name, t in shards[0].items():
+    parts = [
+        cast("dict[str, Any]", s) for s in shards
+    ]  # PackedBatch: its fixed keys plus the rows' own columns (TypedDict cannot declare extra keys)
+    out = {k: v for k, v in parts[0].items() if k not in ("cp_size", "cp_rank")}
+    for name, t in parts[0].items():
         if name in NON_TOKEN_KEYS or not isinstance(t, torch.Tensor):
             continue
         axis = _token_axis(name, t)
         shape = list(t.shape)
         shape[axis] = total
         full = torch.empty(shape, dtype=t.dtype, device=t.device)
-        for s, idx in zip(shards, indices):
+        for s, idx in zip(parts, indices):
             full.index_copy_(axis, idx.to(t.device), s[name])
         out[name] = full
     if "shift_labels" in out and out.get("labels_shifted") is True and cp_size > 1:  # shifted by the split: undo
@@ -213,4 +224,4 @@ def unshard_context_parallel(shards: Sequence[PackedBatch]) -> PackedBatch:
             back = unshift_labels(mask.long(), seg.to(mask.device).expand_as(mask), ignore_index=0)
             out["loss_mask"] = back.to(mask.dtype)
         out["labels_shifted"] = False
-    return out
+    return cast("PackedBatch", out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -113,7 +114,7 @@ def flatten_padded_batch(batch: Mapping[str, torch.Tensor], *, lengths, labels: 
             seq["labels"] = torch.full((n,), -100, dtype=torch.int64, device=ref.device)
         sequences.append(seq)
     pack = assemble_pack(sequences, labels_shifted=shifted)
-    changes = {}
+    changes: dict[str, Any] = {}  # PackedSequence fields to replace
     if "labels" in tensors:  # shifted: exactly as given; hf: the first label of every row carries no target
         given = torch.cat([tensors["labels"][row, : int(lengths[row])] for row in rows]).long()
         if not shifted:

@@ -21,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from functools import partial, reduce
 from itertools import chain
 from operator import attrgetter, itemgetter
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from ..constants import IGNORE_INDEX
+from ._batch import PackedBatch
 from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
 from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
@@ -54,7 +56,7 @@ def assemble_batch(
     position_offset: int = 0,
     pad_to_multiple_of: int = 1,
     max_segments: int | None = None,
-) -> dict:
+) -> PackedBatch:
     """Assemble P packs of sequences into one training batch in a single pass.
 
     Equal, key for key and bit for bit, to
@@ -102,8 +104,10 @@ def assemble_batch(
         except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, KeyError, OverflowError):
             out = None  # not the common case (lists, arrays, mixed devices...): the two-step path decides
     if out is not None:
-        return pad_segments(out, max_segments)
-    opts = dict(
+        return cast(
+            "PackedBatch", pad_segments(out, max_segments)
+        )  # PackedBatch: its fixed keys plus the rows' own columns (TypedDict cannot declare extra keys)
+    opts: dict[str, Any] = dict(
         pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
         pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset,
     )  # fmt: skip
@@ -308,7 +312,7 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
 
 _NUMEL = torch.Tensor.numel
 _DTYPE = attrgetter("dtype")
-_EMPTY = frozenset()
+_EMPTY: frozenset[torch.dtype] = frozenset()
 _MIN = np.minimum.reduce
 _from = torch.from_numpy
 

@@ -9,7 +9,7 @@ else -100.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 import torch
@@ -86,7 +86,7 @@ def row_labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted:
     if cols.labels_flat is not None:  # flat input: HF labels of every row, one tensor
         hf = cols.labels_flat.to(device=cols.device, dtype=torch.int64, copy=True)
     elif all(lab is not None for lab in cols.labels) and not any(megatron):
-        hf = torch.cat(cols.labels)
+        hf = torch.cat(cast("list[torch.Tensor]", cols.labels))  # every row's labels are set (checked above)
         if hf.dtype != torch.int64 or hf.device != cols.device:
             hf = hf.to(device=cols.device, dtype=torch.int64, copy=True)
         elif len(cols.labels) == 1:
@@ -113,8 +113,9 @@ def row_labels(cols: _Columns, starts: np.ndarray, lengths: np.ndarray, shifted:
     last_targets = {}
     for i in (i for i in range(n_rows) if megatron[i]):
         start, n = int(starts[i]), int(lengths[i])
-        lab = cols.labels[i].to(device=hf.device, dtype=torch.int64)
-        lab = lab.masked_fill(~cols.masks[i].to(device=hf.device, dtype=torch.bool), pad)
+        given, given_mask = cast(torch.Tensor, cols.labels[i]), cast(torch.Tensor, cols.masks[i])  # megatron[i]
+        lab = given.to(device=hf.device, dtype=torch.int64)
+        lab = lab.masked_fill(~given_mask.to(device=hf.device, dtype=torch.bool), pad)
         if ids is not None:
             _check_megatron_row(i, lab, ids[start : start + n], pad)
         hf[start + 1 : start + n] = lab[:-1]  # unshift within the row: lossless up to the last target

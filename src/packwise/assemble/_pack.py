@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -138,13 +139,15 @@ class PackedSequence:
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
         """``(real, physical)`` int64 lengths of every segment, the tail (real 0) included."""
-        if self._segments is None:
+        segments = self._segments
+        if segments is None:
             real = self.cu_seqlens.diff().cpu().numpy().astype(np.int64)
             phys = self.cu_seqlens_padded.diff().cpu().numpy().astype(np.int64)
             if self.tail:
                 real, phys = np.append(real, 0), np.append(phys, self.tail)
-            object.__setattr__(self, "_segments", (real, phys))
-        return self._segments
+            segments = (real, phys)
+            object.__setattr__(self, "_segments", segments)
+        return segments
 
     @property
     def num_sequences(self) -> int:
@@ -175,7 +178,7 @@ class PackedSequence:
 
     def to_dict(self) -> dict:
         """Every field as a flat dict (extra columns at top level, ``metadata`` nested)."""
-        out = {
+        out: dict[str, Any] = {
             "input_ids": self.input_ids,
             "labels": self.labels,
             "position_ids": self.position_ids,

@@ -43,7 +43,7 @@ import importlib.util
 import math
 import operator
 import warnings
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -209,11 +209,12 @@ def varlen_attention(
         from torch.nn.attention.varlen import varlen_attn
 
         span = (-1, 0) if window is None else (int(window) - 1, 0)
-        return varlen_attn(
+        out = varlen_attn(
             q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), scale=scale,
             window_size=span if causal else (-1, -1),
             enable_gqa=q.shape[1] != k.shape[1],
         )  # fmt: skip
+        return cast(torch.Tensor, out)  # a (out, aux) tuple only with return_aux=, which is not passed
     if backend == "sdpa":
         return _sdpa(q, k, v, cu_q.tolist(), cu_k.tolist(), causal, scale, dropout_p, window)
     if backend == "dense":

@@ -15,6 +15,7 @@ from ._read import (  # noqa: F401
     SKIP_HINT,
     BadRow,
     Format,
+    Kind,
     RawInput,
     check_input_path,
     check_jsonl_file,

@@ -65,7 +65,8 @@ class AudioSpec:
         import torch
         from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioEncoder
 
-        _, out = Qwen2AudioEncoder._get_feat_extract_output_lengths(None, torch.tensor(int(frames)))
+        # unbound, self unused (None); transformers annotates the lengths as LongTensor (a Tensor here)
+        _, out = Qwen2AudioEncoder._get_feat_extract_output_lengths(None, torch.tensor(int(frames)))  # type: ignore[arg-type]
         return int(out)
 
     def extractor(self):
@@ -180,8 +181,9 @@ def omni_position_ids(input_ids, *, image_grid_thw=None, video_grid_thw=None, fe
     seqlens = None if feature_attention_mask is None else torch.as_tensor(feature_attention_mask).sum(-1)
     grid = None if image_grid_thw is None or not len(image_grid_thw) else torch.as_tensor(image_grid_thw)
     vgrid = None if video_grid_thw is None or not len(video_grid_thw) else torch.as_tensor(video_grid_thw)
+    # unbound on a stand-in self; transformers annotates LongTensor (plain Tensors here)
     pos, _ = Base.get_rope_index(
-        holder, ids, grid, vgrid, attention_mask=torch.ones_like(ids), audio_seqlens=seqlens,
+        holder, ids, grid, vgrid, attention_mask=torch.ones_like(ids), audio_seqlens=seqlens,  # type: ignore[arg-type]
         second_per_grids=None if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts),
     )  # fmt: skip
     return pos[:, 0].to(torch.int64)

@@ -228,5 +228,6 @@ def qwen3_vl_position_ids(input_ids, mm_token_type_ids, image_grid_thw=None, *, 
         None if video_grid_thw is None or not len(video_grid_thw) else torch.as_tensor(video_grid_thw).reshape(-1, 3)
     )
     types_ = torch.as_tensor(mm_token_type_ids).reshape(1, -1).to(torch.int64)
-    pos, _ = Qwen3VLModel.get_rope_index(holder, ids, types_, grid, None if vgrid is None else vgrid.clone())
+    # called unbound on a stand-in self; transformers annotates LongTensor/IntTensor (plain Tensors here)
+    pos, _ = Qwen3VLModel.get_rope_index(holder, ids, types_, grid, None if vgrid is None else vgrid.clone())  # type: ignore[arg-type]
     return pos[:, 0].to(torch.int64)

@@ -110,7 +110,9 @@ def nemotron_images(images: list, spec: NemotronOmniSpec = NemotronOmniSpec()):
     for img in images:
         gh, gw = spec.grid(img.height, img.width)
         p = spec.patch_size
-        arr = np.asarray(img.convert("RGB").resize((gw * p, gh * p), Image.BICUBIC), dtype=np.float32) / 255.0
+        arr: np.ndarray = (
+            np.asarray(img.convert("RGB").resize((gw * p, gh * p), Image.Resampling.BICUBIC), np.float32) / 255.0
+        )
         arr = (arr - np.asarray(_CLIP_MEAN, np.float32)) / np.asarray(_CLIP_STD, np.float32)
         chw = arr.transpose(2, 0, 1).reshape(3, gh, p, gw, p).transpose(1, 3, 0, 2, 4)  # row-major, channel-major
         pixels.append(chw.reshape(gh * gw, 3 * p * p))
@@ -221,8 +223,8 @@ def encode_nemotron_chat(
             f"{where}: {n_img} image and {n_aud} audio parts for {len(images)} images, {len(audios)} clips"
         )
     check_chats([messages], special_token_pattern(tokenizer), lambda i: where)
-    [(ids, loss)] = encode_checked_chats([out_msgs], tokenizer)  # media expanded by us into special tokens
-    ids = torch.from_numpy(ids.astype(np.int64))
+    [(ids_np, loss)] = encode_checked_chats([out_msgs], tokenizer)  # media expanded by us into special tokens
+    ids = torch.from_numpy(ids_np.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == spec.image_token_id] = 1
     types[ids == spec.audio_token_id] = 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -122,7 +123,7 @@ def media_blocks(ids: np.ndarray, spec: VisionSpec) -> list[tuple[int, int]]:
     """``[(start, end), ...]`` (end exclusive) of every image/video and audio block, from its start marker to its
     end marker, in text order (the order of the references): the spans :func:`~packwise.pipeline.cut_points`
     never cuts inside."""
-    out = []
+    out: list[tuple[int, int]] = []
     for start, end in ((spec.vision_start_token_id, spec.vision_end_token_id),
                        (AUDIO.audio_start_token_id, AUDIO.audio_end_token_id)):  # fmt: skip
         out += zip(np.flatnonzero(ids == start).tolist(), (np.flatnonzero(ids == end) + 1).tolist())
@@ -143,12 +144,12 @@ def image_digest(path) -> str:
 
 def media_arrays(
     media: list[list], order: np.ndarray, seq_offsets: np.ndarray, *, media_root: str | None = None
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     """Flat per-image paths (as recorded: relative to ``media_root``), content hashes and grids in pack order,
     plus images per sequence (for table slicing); the same for audio clips (paths, real mel frames) under
     ``"audio"`` and videos under ``"video"`` when any sequence has one."""
     images = [[r for r in m if not is_audio(r) and not is_video(r)] for m in media]
-    out = _arrays(images, order, seq_offsets)
+    out: dict[str, Any] = _arrays(images, order, seq_offsets)  # arrays; "video"/"audio": dicts of arrays
     root = Path(media_root) if media_root else None
     digests = {p: image_digest(root / p if root else p) for p in dict.fromkeys(out["paths"].tolist())}
     out["sha256"] = np.asarray([digests[p] for p in out["paths"].tolist()], dtype=object)

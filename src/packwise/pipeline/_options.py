@@ -6,12 +6,15 @@ import dataclasses
 import difflib
 import numbers
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
 from ..files import FORMATS, Format
 from ._overflow import OVERFLOW_POLICIES, Overflow
+
+if TYPE_CHECKING:
+    from ..multimodal import VisionSpec
 
 LossOn = Literal["assistant", "all"]
 #: The tokenizer text rows get when none is given.
@@ -81,7 +84,7 @@ class PackOptions:
     skip_bad_rows: bool = False
     max_sequences_per_pack: int | None = None
     format: Format | None = None
-    vision: object = None
+    vision: VisionSpec | None = None
     min_packs: int | None = None
     pack_count_multiple: int | None = None
     alignment: int = 1

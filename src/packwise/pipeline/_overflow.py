@@ -50,7 +50,7 @@ class OverflowCounts:
 
 
 def cut_points(
-    length: int, limit: int, policy: Overflow, *, spans: Iterable[Sequence[int]] = ()
+    length: int, limit: int, policy: Overflow, *, spans: Iterable[Sequence[int | str]] = ()
 ) -> list[tuple[int, int]]:
     """The slices ``[(start, end), ...]`` (end exclusive) of a sample of ``length`` tokens that ``policy`` keeps.
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
 from ..constants import IGNORE_INDEX
 from ..files import SKIP_HINT, BadRow, DuplicateKeyError, RawInput, loads_unique
 from ._types import RowErrors, Samples
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -93,7 +97,7 @@ def tokenize_rows(
     raw: RawInput,
     tokenizer,
     *,
-    loss_on: str,
+    loss_on: Literal["assistant", "all"],
     chat_template: str | None,
     skip_bad_rows: bool,
     progress: Callable[[int], None] | None = None,
@@ -119,7 +123,8 @@ def tokenize_rows(
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     renders_calls = isinstance(template, str) and "tool_calls" in template
     render = template_renderer(tokenizer, chat_template)  # a message field the render ignores is refused
-    rows = raw.rows if raw.rows is not None else raw.table.to_pylist()  # every column: each is read or refused
+    table = cast("pa.Table", raw.table)  # a RawInput without rows holds a table (RawInput.num_rows raises on neither)
+    rows = raw.rows if raw.rows is not None else table.to_pylist()  # every column: each is read or refused
     chats, chat_rows, skips, texts, text_rows = [], [], [], [], []
     refs_of: dict[int, list] = {}
     for i, row in enumerate(rows):
@@ -312,7 +317,7 @@ def _check_vision_tokens(ids: np.ndarray, vision_ids: dict[int, str], refs: list
     from ._media import is_video
 
     has_images = bool(refs)
-    allowed = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
+    allowed: tuple[str, ...] = ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>") if has_images else ()
     allowed += ("<|video_pad|>",) if any(is_video(r) for r in refs) else ()
     bad = [i for i, t in vision_ids.items() if t not in allowed]
     if not bad or not ids.shape[0] or ids.max() < min(bad):  # one reduction instead of a test per id

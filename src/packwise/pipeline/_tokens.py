@@ -19,6 +19,8 @@ row that also has ``labels`` or ``loss_mask`` is refused as ambiguous. ``PackedD
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..constants import IGNORE_INDEX
@@ -59,7 +61,8 @@ def tokens_from_rows(
     per_sample, source = [], []
     extra: dict[str, list[np.ndarray]] = {}
     pads = 0
-    for i, row in enumerate(raw.rows):
+    rows = cast(list, raw.rows)  # a RawInput without a table holds rows (RawInput.num_rows raises on neither)
+    for i, row in enumerate(rows):
         if row is None:
             continue
         where = raw.locate(i)

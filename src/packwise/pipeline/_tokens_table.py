@@ -3,6 +3,8 @@ same rules and the same :class:`Samples` as the row-by-row path of ``_tokens.py`
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pyarrow as pa
 
@@ -47,7 +49,7 @@ def _is_list_of_numbers(t: pa.DataType) -> bool:
 
 
 def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: bool) -> tuple[Samples, list]:
-    table = raw.table
+    table = cast(pa.Table, raw.table)  # tokenize_tokens calls this only when raw.table is set
     errors = RowErrors(skip_bad_rows, raw)
     n = table.num_rows
     col = table.column("input_ids").combine_chunks()
@@ -106,24 +108,24 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
             lambda r, name=name, ol=other_len: _length_error(raw, r, name, ol[r], lengths[r]),
         )
         flag(np.flatnonzero(other_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
-        given = np.repeat(given_rows & (other_len == lengths), lengths)
+        given_at = np.repeat(given_rows & (other_len == lengths), lengths)  # per token: the row gave the column
         aligned = _aligned(values, np.where(given_rows, other_len, 0), lengths)
         if name == "labels":
             if values.dtype.kind not in "iu":
                 raise ValueError(f"{raw.name}: column 'labels' holds {values.dtype}, expected integers")
-            labels = np.where(given, aligned.astype(np.int64), ids)
+            labels = np.where(given_at, aligned.astype(np.int64), ids)
             flag(
                 row_of(np.flatnonzero((labels != IGNORE_INDEX) & ((labels < 0) | (labels >= ID_LIMIT)))),
                 segment_error(_check_labels, labels),
             )
             _flag_shifted(ids, labels, starts, np.repeat(given_rows, lengths), raw, flag, keep)
         else:
-            bad = ~np.isin(aligned, (0, 1)) & given
+            bad = ~np.isin(aligned, (0, 1)) & given_at
             flag(
                 row_of(np.flatnonzero(bad)),
                 lambda r, name=name: BadRow(raw.locate(r), name, "must hold only 0/1 or true/false"),
             )
-            labels = np.where(given & ~aligned.astype(bool), IGNORE_INDEX, labels)  # several TRL masks: AND
+            labels = np.where(given_at & ~aligned.astype(bool), IGNORE_INDEX, labels)  # several TRL masks: AND
     if gave.any():
         _flag_no_loss(labels, starts, lengths, gave, raw, flag, masks or given_names)
     columns = {}
@@ -207,7 +209,7 @@ def _segment_error(check, values: np.ndarray, starts: np.ndarray, raw: RawInput)
     return make
 
 
-def _length_error(raw: RawInput, row: int, name: str, got: int, want: int) -> BadRow:
+def _length_error(raw: RawInput, row: int, name: str, got: object, want: object) -> BadRow:  # counts, printed
     return BadRow(raw.locate(row), name, f"has {got} values but input_ids has {want}")
 
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import chain
-from typing import Literal, overload
+from typing import Literal, cast, overload
 
 import numpy as np
 
-from ._engine import GroupStore, HistogramBuilder, split_group
+from ._engine import GroupStore, HistogramBuilder, KeyTree, split_group
 from ._finalize import Chains
 
 Policy = Literal["first", "best", "best_lifo", "worst_lifo_one"]
@@ -60,6 +60,7 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
     capacity = builder.capacity
     store = GroupStore(capacity, lifo=policy in ("best_lifo", "worst_lifo_one"), argmin=policy == "first")
     tree = store.tree
+    keytree = cast(KeyTree, tree)  # argmin=True (policy "first") builds a KeyTree; only that branch uses it
     counts = builder.counts
     one = policy == "worst_lifo_one"
     # hot loop: builder.event and store.add/pop are inlined through local aliases
@@ -71,7 +72,7 @@ def place_decreasing(builder: HistogramBuilder, *, max_seqs: int, policy: Policy
         c = counts[length]
         while c:
             if policy == "first":
-                key = tree.argmin_at_least(length)
+                key = keytree.argmin_at_least(length)
             elif one:
                 key = tree.last_at_most(capacity)
                 if key is not None and key < length:

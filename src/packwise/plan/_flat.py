@@ -20,12 +20,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Literal, overload
 
 import numpy as np
 
 from ..constants import IGNORE_INDEX
 
 
+@overload
+def mask_boundaries(
+    labels, starts, lengths=None, *, shifted: bool = False, ignore_index: int = IGNORE_INDEX, count: Literal[True]
+) -> int: ...
+@overload
+def mask_boundaries(
+    labels, starts, lengths=None, *, shifted: bool = False, ignore_index: int = IGNORE_INDEX, count: bool = False
+) -> int | None: ...
 def mask_boundaries(
     labels,
     starts,

@@ -6,12 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import repeat
 from operator import itemgetter
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from ..assemble import MEDIA_KEYS
 from ..pipeline import cut_points
 from ._slice import _slice
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..pipeline import Overflow
 
 _INPUT_IDS = itemgetter("input_ids")
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -20,6 +26,14 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 class SampleRules:
     """Mixin of PackingStream: needs ``capacity``, ``alignment``, ``overflow``, ``length_fn``, ``assemble`` and
     ``stats``."""
+
+    if TYPE_CHECKING:  # set by PackingStream.__init__
+        capacity: int
+        alignment: int
+        overflow: Overflow
+        length_fn: Callable[[Mapping], int] | None
+        assemble: bool
+        stats: dict[str, int]
 
     def _check_reported(self, samples: list[Mapping], reported: np.ndarray, at) -> None:
         """A ``length_fn`` may over-report (wasted room) but never under-report: the plan would overfill packs.
@@ -64,8 +78,9 @@ class SampleRules:
         """``length_fn`` over a window as ``(N,)`` int64, every value an int >= 1 — checked in C-level passes (the
         values' set of types unless ``length_fn`` is ``int`` or ``len``, one conversion); only a bad window is
         scanned in Python, to name its sample."""
+        fn = cast("Callable[[Mapping], int]", self.length_fn)  # _plan calls this only when length_fn is set
         try:
-            values = list(map(self.length_fn, samples))
+            values = list(map(fn, samples))
         except Exception:  # find and name the sample it raised on
             values = [self._call_length_fn(s, at(j)) for j, s in enumerate(samples)]
         if _exact_int(self.length_fn) or all(map(_is_count_type, set(map(type, values)))):
@@ -86,8 +101,9 @@ class SampleRules:
         )
 
     def _call_length_fn(self, sample: Mapping, index: int):
+        fn = cast("Callable[[Mapping], int]", self.length_fn)  # called only from _reported_lengths: it is set
         try:
-            return self.length_fn(sample)
+            return fn(sample)
         except Exception as e:
             raise ValueError(f"sample {index}: length_fn raised {type(e).__name__}: {e}") from e
 
@@ -134,7 +150,8 @@ class SampleRules:
 
     def _apply_overflow(self, samples: list[Mapping], lengths: np.ndarray, at) -> tuple[list[Mapping], np.ndarray]:
         """The window with the overflow policy applied to its samples over :attr:`_limit`, and their lengths."""
-        kept, out = [], []
+        kept: list[Mapping] = []
+        out: list[int] = []
         for j, s in enumerate(samples):
             n = int(lengths[j])
             pieces, sizes = self._cut(s, at(j), n) if n > self._limit else ([s], [n])
@@ -178,7 +195,7 @@ class SampleRules:
             self.stats["dropped"] += 1
             self.stats["tokens_dropped"] += n
             return [], []
-        pieces = [_slice(sample, a, b, n) for a, b in cuts]
+        pieces: list[Mapping] = [_slice(sample, a, b, n) for a, b in cuts]
         sizes = [self._piece_length(p, index, a, b, n) for p, (a, b) in zip(pieces, cuts)]
         if self.overflow == "truncate":
             self.stats["truncated"] += 1

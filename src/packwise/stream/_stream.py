@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..assemble import assemble_pack, check_max_segments
-from ..pipeline import OVERFLOW_POLICIES
+from ..pipeline import OVERFLOW_POLICIES, Overflow
 from ..plan import (
     ITEM_PATH_MAX,
     MAX_CAPACITY,
@@ -109,6 +110,10 @@ class PackingStream(IterableDataset, SampleRules):
         [[4], [5, 3], [6, 2]]
     """
 
+    _cur: tuple[int, int, Iterator[int]] | None  # the window being emitted: (window, packs, pack starts left)
+    _seen: tuple[int, int] | None  # (windows, samples) of a plain iterable, once read to its end
+    _last_iterator: Iterator | None  # what the source callable returned last (refused if returned again)
+
     def __init__(
         self,
         source,
@@ -117,7 +122,7 @@ class PackingStream(IterableDataset, SampleRules):
         buffer_size: int,
         algorithm: str = "best_fit_decreasing",
         seed: int = 0,
-        overflow: str = "truncate",
+        overflow: Overflow = "truncate",
         length_fn: Callable[[Mapping], int] | None = None,
         drop_last: bool = False,
         shuffle: bool = True,
@@ -223,7 +228,7 @@ class PackingStream(IterableDataset, SampleRules):
         if cur is None:
             return self._pos
         window, count, left = cur
-        k = count - left.__length_hint__()
+        k = count - operator.length_hint(left)
         return (window, k) if k < count else (window + 1, 0)
 
     @_next.setter
@@ -270,7 +275,7 @@ class PackingStream(IterableDataset, SampleRules):
             except GeneratorExit:  # closed at a yield: the yielded pack was delivered, the position is right
                 raise
             except BaseException:  # raised making pack k: ``left`` already moved past it — point back AT it,
-                self._next = (window, count - left.__length_hint__() - 1)  # so a resume raises again
+                self._next = (window, count - operator.length_hint(left) - 1)  # so a resume raises again
                 raise
             del flat, packs, left, samples, position  # not kept while the next window is read
             self._next = (window + 1, 0)
@@ -328,7 +333,7 @@ class PackingStream(IterableDataset, SampleRules):
                 if w % workers != worker:
                     continue
                 idx = order[w * self.buffer_size : (w + 1) * self.buffer_size].tolist()
-                samples = []
+                samples: list = []
                 try:
                     samples.extend(map(src.__getitem__, idx))  # keeps what it read if the source raises
                 except Exception as e:  # report which sample failed; nothing of this window is emitted
@@ -364,16 +369,18 @@ class PackingStream(IterableDataset, SampleRules):
         if self.length_fn is not None:
             lengths = self._reported_lengths(samples, at)  # ints >= 1, checked without per-sample Python
         else:
+            fast: np.ndarray | None
             try:  # C-level maps: no per-sample Python frame
                 ids = list(map(_INPUT_IDS, samples))
-                lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+                fast = np.fromiter(map(len, ids), np.int64, len(ids))
                 if not one_dim(ids):  # (1, L) arrays have len 1: refuse them, named below
-                    lengths = None
+                    fast = None
                 del ids
             except Exception:  # find and name the bad sample
-                lengths = None
-            if lengths is None:
-                lengths = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
+                fast = None
+            if fast is None:
+                fast = np.asarray([self._length(s, at(j)) for j, s in enumerate(samples)], dtype=np.int64)
+            lengths = fast
             if lengths.size and lengths.min() < 1:
                 j = int(np.flatnonzero(lengths < 1)[0])
                 raise ValueError(f"sample {at(j)} has {int(lengths[j])} tokens; every sample needs at least one")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -227,9 +227,10 @@ def _encode_chats(
         if progress is not None:
             progress(len(batch))
     if with_reply > 0:
+        first = cast(int, first_with_reply)  # set with the first such conversation
         raise ValueError(
             f"the chat template marks no assistant tokens in any of the {with_reply} conversations with assistant "
-            f"turns (first: {where(first_with_reply)}): it does not render the assistant replies, so nothing would "
+            f"turns (first: {where(first)}): it does not render the assistant replies, so nothing would "
             "be trained on; check --chat-template (is it the template, not a file name?), or pass loss_on='all'"
         )
     return out

@@ -48,7 +48,7 @@ class GenerationSpans(jinja2.ext.Extension):
     """``{% generation %}`` … ``{% endgeneration %}``: the body is output as is; with :func:`tracking` active its
     character span in the rendered text is recorded."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}  # type: ignore[misc]  # jinja2 types Extension.tags per instance; set per class
 
     def parse(self, parser):
         lineno = next(parser.stream).lineno

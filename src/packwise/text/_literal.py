@@ -16,7 +16,8 @@ that are not special (Qwen3's ``<think>``) are ordinary text the model also read
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from ..constants import AUDIO_END_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_TOKEN_ID
 from ..files import BadRow
@@ -33,8 +34,8 @@ def special_token_pattern(tokenizer) -> re.Pattern | None:
     specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
     audio = (AUDIO_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_END_TOKEN_ID)  # Qwen2.5-Omni's placeholders (constants)
     media = set(VISION_TOKENS) | {decoder[i].content for i in audio if i in decoder}
-    specials = sorted((t for t in specials if t and t not in media), key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, specials))) if specials else None
+    ordered = sorted((t for t in specials if t and t not in media), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
 
 def _texts(message: dict):
@@ -66,6 +67,7 @@ def check_row(row, pattern: re.Pattern | None, where: str) -> None:
     (text no tokenizer can encode)."""
     if type(row) is list and _plain_and_clean(row, pattern):
         return
+    fields: Iterable[tuple[str, Any]]
     if isinstance(row, tuple):
         fields = zip(("prompt", "completion"), row)
     else:

@@ -157,10 +157,12 @@ def _compiled(template: str):
     env = chat_environment()
     env.optimized = False
     env.intercepted_binops = frozenset({"*", "**", "+", "%"})
-    env.call_binop = MethodType(_bounded_binop, env)
-    env.call = MethodType(_counted_call, env)
-    env.getattr = MethodType(_counted("getattr"), env)
-    env.getitem = MethodType(_counted("getitem"), env)
+    env.__dict__.update(  # per-instance overrides of the Environment's methods (what attribute assignment does)
+        call_binop=MethodType(_bounded_binop, env),
+        call=MethodType(_counted_call, env),
+        getattr=MethodType(_counted("getattr"), env),
+        getitem=MethodType(_counted("getitem"), env),
+    )
     env.globals["range"] = _bounded_range
     env.filters = {name: _bounded_filter(name, f) for name, f in env.filters.items()}
     try:

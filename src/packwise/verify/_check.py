@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -223,7 +223,7 @@ def check_equivalence(
         from ..hf import position_offset as model_offset
 
         position_offset = model_offset(model)
-    inputs = (inputs, position_offset)
+    batch_inputs = (inputs, position_offset)
     was_training = model.training
     model.train(train)
     off: list[str] = []
@@ -231,14 +231,14 @@ def check_equivalence(
         model.get_submodule(name).eval()
     try:
         with no_dropout(model) if train else nullcontext(off) as off:
-            result = _compare(model, docs, inputs, use_cache, atol, rtol, check_grads, perturbation)
+            result = _compare(model, docs, batch_inputs, use_cache, atol, rtol, check_grads, perturbation)
     finally:
         model.train(was_training)
     diffs, loss_p, loss_u, grad_diff, noise, perturb, close = result
     ok = close and abs(float(loss_p) - float(loss_u)) <= atol
     ok = ok and (grad_diff is None or grad_diff <= grad_rtol) and (perturb is None or perturb <= atol)
     return EquivalenceReport(
-        path=path or f"{getattr(model.config, '_attn_implementation', '?')} / {inputs[0]}",
+        path=path or f"{getattr(model.config, '_attn_implementation', '?')} / {inputs}",
         use_cache=use_cache,
         train=train,
         per_document_max_abs_diff=diffs,
@@ -314,9 +314,10 @@ def _grad_diff(model, docs, inputs, use_cache, total: int) -> tuple[float, float
 
 
 def _perturb(model, docs, inputs, use_cache, packed, lengths) -> float:
-    changed = [dict(d) for d in docs]
+    changed: list[dict[str, Any]] = [dict(d) for d in docs]
     ids = changed[0]["input_ids"]
-    text = changed[0].get("mm_token_type_ids", changed[0].get("_media_types", torch.zeros_like(ids))) == 0
+    types_: torch.Tensor = changed[0].get("mm_token_type_ids", changed[0].get("_media_types", torch.zeros_like(ids)))
+    text = types_.eq(0)
     vocab = min(int(getattr(model.config, "vocab_size", None) or model.config.get_text_config().vocab_size), 151_000)
     changed[0]["input_ids"] = torch.where(text, (ids * 7 + 13) % vocab, ids)  # text tokens only: images stay intact
     with torch.no_grad():

@@ -12,11 +12,16 @@ from __future__ import annotations
 import copy
 import time
 import types
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ._check import check_equivalence
+
+if TYPE_CHECKING:
+    from ..attention import Backend
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def _alone(model, docs) -> list[torch.Tensor]:
 
 
 def conformance_row(
-    family: str, model, docs, *, backend: str = "auto", atol: float = 1e-5, eager_atol: float = 1e-4
+    family: str, model, docs, *, backend: Backend = "auto", atol: float = 1e-5, eager_atol: float = 1e-4
 ) -> ConformanceRow:
     """Check one (random-init or real) model; see the module docstring for the verdicts.
 
@@ -213,7 +218,7 @@ FEATURES_TESTED = {
 }  # fmt: skip
 
 
-def markdown(rows: list[ConformanceRow], controls: list[ConformanceRow] = ()) -> str:
+def markdown(rows: list[ConformanceRow], controls: Sequence[ConformanceRow] = ()) -> str:
     """The conformance table as Markdown (``docs/conformance.md``), then the hybrid controls (LEAK rows)."""
     import datetime
     import platform

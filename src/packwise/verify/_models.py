@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ def tiny_config(kind: str, vocab_size: int, **overrides):
     """A small random-init config for ``tiny-llama`` or ``tiny-qwen2`` (CPU-friendly)."""
     from transformers import LlamaConfig, Qwen2Config
 
-    base = dict(
+    base: dict[str, Any] = dict(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=True,
     )  # fmt: skip
@@ -200,7 +200,7 @@ def load_multimodal_documents(
     from ..pipeline import chitchat_conversations, tokenize_rows
 
     folder = Path(tempfile.mkdtemp(prefix="packwise-images-"))
-    rows = []
+    rows: list[dict[str, list]] = []
     convs = chitchat_conversations()
     for i in range(num_docs):
         if i % 2:
@@ -217,6 +217,8 @@ def load_multimodal_documents(
     spec = VisionSpec(max_pixels=max_pixels, media_root=str(folder), patch_size=16 if rope == "qwen3_vl" else 14)
     raw = RawInput(name="verify documents", kind="messages", rows=rows)
     s, _ = tokenize_rows(raw, tokenizer, loss_on="assistant", chat_template=None, skip_bad_rows=False, vision=spec)
+    if s.media is None:  # image rows: tokenize_rows keeps a media list (one entry per sequence)
+        raise RuntimeError("packwise: the verify image documents came back without media")
     docs = []
     for i in range(s.num_sequences):
         a, b = int(s.offsets[i]), int(s.offsets[i + 1])
@@ -235,7 +237,9 @@ def load_multimodal_documents(
     return _with_videos(docs, tokenizer, spec, rope)
 
 
-def _with_videos(docs: list[dict], tokenizer, spec, rope: str = "qwen2_5_vl") -> list[dict]:
+def _with_videos(
+    docs: list[dict], tokenizer, spec, rope: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
+) -> list[dict]:
     """Every fourth document becomes a video document (h18): 4 frames of seeded noise at 2 fps (56×56 → grid
     (2, 4, 4), 8 ``<|video_pad|>`` tokens), built by :func:`packwise.multimodal.encode_media_chat`."""
     from PIL import Image
@@ -245,8 +249,8 @@ def _with_videos(docs: list[dict], tokenizer, spec, rope: str = "qwen2_5_vl") ->
     rng = np.random.default_rng(0)
     for i in range(3, len(docs), 4):
         frames = [Image.fromarray(rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)) for _ in range(4)]
-        chat = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": f"What moves in clip {i}?"}]},
-                {"role": "assistant", "content": "Noise."}]  # fmt: skip
+        question = [{"type": "video"}, {"type": "text", "text": f"What moves in clip {i}?"}]
+        chat: list[dict] = [{"role": "user", "content": question}, {"role": "assistant", "content": "Noise."}]
         doc = encode_media_chat(chat, tokenizer, videos=[frames], vision=spec, rope=rope)
         docs[i] = {k: v for k, v in doc.items() if k != "position_ids" or rope == "qwen3_vl"}
     return docs
@@ -279,7 +283,7 @@ def tiny_omni_model(vocab_size: int, *, seed: int = 0):
     if getattr(config, "vision_start_token_id", None) is None:  # read by get_rope_index; released configs set it
         config.vision_start_token_id = 151652
     torch.manual_seed(seed)
-    return Qwen2_5OmniThinkerForConditionalGeneration(config).to(torch.float32).eval()
+    return Qwen2_5OmniThinkerForConditionalGeneration(config).to(torch.float32).eval()  # type: ignore[arg-type]  # transformers' to() is @wraps(Module.to): mypy's _Wrapped does not bind self
 
 
 def load_omni_documents(tokenizer, *, num_docs: int, max_tokens: int, max_pixels: int = 112 * 112) -> list[dict]:

@@ -49,7 +49,7 @@ def tiny_nemotron_omni_model(vocab_size: int, *, seed: int = 0, spec=None):
         video_token_id=spec.image_token_id, audio_token_id=spec.audio_token_id,
     )  # fmt: skip
     torch.manual_seed(seed)
-    return NemotronH_Omni_Reasoning_V3(config).to(torch.float32).eval()
+    return NemotronH_Omni_Reasoning_V3(config).to(torch.float32).eval()  # type: ignore[arg-type]  # transformers' to() is @wraps(Module.to): mypy's _Wrapped does not bind self
 
 
 def chirp(i: int, seconds: float, rate: int = 16000) -> np.ndarray:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ from megatron.energon import Sample, stateless
 from megatron.energon.errors import FatalSampleError
 
 from ...assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
-from ...pipeline import TRL_MASKS, cut_points
+from ...pipeline import TRL_MASKS, Overflow, cut_points
 from ...plan import plan_packs
 from ._overflow import (
     boundary_target,
@@ -172,7 +173,7 @@ class PackwiseTaskEncoderMixin:
         return getattr(sample, "packing_key", None)
 
     # ------------------------------------------------------------------ overflow (a pure function of a sample)
-    def _settings(self) -> tuple[int, int, str]:
+    def _settings(self) -> tuple[int, int, Overflow]:
         """``(capacity, alignment, overflow)`` from ``packing_config`` when set, else the ``packing_*`` fields."""
         s = self._packwise()
         return s["plan"]["capacity"], s["plan"].get("alignment", 1), s["overflow"]
@@ -390,7 +391,7 @@ class PackwiseTaskEncoderMixin:
     def batch(self, samples: Sequence[PackedSample]) -> dict:
         """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``, the
         packs' ``packing_counts`` (summed) and ``__restore_key__`` (for ``loader.restore_sample``)."""
-        batch = collate_packs([s.pack for s in samples], **self._packwise()["collate"])
+        batch: dict[str, Any] = dict(collate_packs([s.pack for s in samples], **self._packwise()["collate"]))
         batch["keys"] = [s.keys for s in samples]
         batch["pack_restore_keys"] = [s.__restore_key__ for s in samples]
         batch["packing_counts"] = {k: sum(s.packing_counts[k] for s in samples) for k in zero_counts()}

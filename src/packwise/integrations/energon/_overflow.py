@@ -58,15 +58,15 @@ def media_spans(ids: np.ndarray, media_tokens: Mapping[str, int], bounds: Sequen
         [(1, 5, 'image'), (6, 8, 'audio')]
     """
     spans = []
-    bounds = set(int(b) for b in bounds)
+    bound_ids = {int(b) for b in bounds}
     n = ids.shape[0]
     for kind, token in media_tokens.items():
         hit = np.concatenate([[False], ids == token, [False]])
         edges = np.flatnonzero(hit[1:] != hit[:-1])
         for s, e in zip(edges[::2].tolist(), edges[1::2].tolist()):
-            if s > 0 and int(ids[s - 1]) in bounds:
+            if s > 0 and int(ids[s - 1]) in bound_ids:
                 s -= 1
-            if e < n and int(ids[e]) in bounds:
+            if e < n and int(ids[e]) in bound_ids:
                 e += 1
             spans.append((s, e, kind))
     return sorted(spans)

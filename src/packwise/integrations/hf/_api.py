@@ -16,6 +16,7 @@ import sys
 import types
 from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any, cast
 
 import torch
 
@@ -135,7 +136,7 @@ class PackedDataCollator:
         self._trainer_checked = False
         self._unpatched_router = None  # the Trainer's MoE model when use_packed_attention did not wrap it
 
-    def __call__(self, features: Sequence[Mapping]) -> PackedBatch:
+    def __call__(self, features: Sequence[Mapping]) -> dict[str, Any]:
         if not features:
             raise ValueError("PackedDataCollator got an empty batch")
         if self.drop_columns:
@@ -150,7 +151,7 @@ class PackedDataCollator:
         if not any(isinstance(f, PackedSequence) or "loss_mask" in f for f in features):
             # one fused pass (same batch, bit for bit): HF rows only; Megatron rows (labels + loss_mask) and packs
             # take the two-step path, which converts them to HF labels or refuses a conversion that loses a target
-            batch = assemble_batch(
+            batch: PackedBatch = assemble_batch(
                 [_split(f, i) for i, f in enumerate(features)], alignment=self.alignment,
                 position_offset=self.position_offset, pad_token_id=self.pad_token_id,
                 pad_to_multiple_of=self.pad_to_multiple_of, max_segments=self.max_segments,
@@ -173,11 +174,12 @@ class PackedDataCollator:
         if batch["position_ids"].dim() == 3:  # MRoPE: Qwen-VL's packed form [4, 1, T], row 0 = text positions
             text = _text_positions(batch["cu_seqlens_padded"], batch["position_ids"].shape[-1])
             batch["position_ids"] = torch.cat([text.view(1, 1, -1), batch["position_ids"]])
+        full = cast("dict[str, Any]", batch)  # a PackedBatch is a plain dict, the rows' own columns included
         if self.return_packwise_keys:
-            return batch
-        out = {k: batch[k] for k in HF_KEYS}
-        out.update({k: batch[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in batch})
-        out.update({k: v for k, v in batch.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
+            return full
+        out = {k: full[k] for k in HF_KEYS}
+        out.update({k: full[k] for k in ("mm_token_type_ids", *MEDIA_KEYS) if k in full})
+        out.update({k: v for k, v in full.items() if k not in BATCH_KEYS})  # the rows' own per-token columns
         if bool(batch["padding_mask"].any()):  # for the router statistics of MoE models (see _router.py)
             if self._unpatched_router is not None:  # its forward would swallow padding_mask in **kwargs
                 raise ValueError(
@@ -210,7 +212,7 @@ def _check_trainer_kept_boundaries(*, packed: bool = False):
     trainer_mod = sys.modules.get("transformers.trainer")
     if trainer_mod is None:
         return None
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     for _ in range(64):
         if frame is None:
             return None
@@ -403,7 +405,7 @@ def _wrap_forward(model) -> None:
     extra = inspect.Parameter("seq_lengths", inspect.Parameter.KEYWORD_ONLY, default=None)
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "seq_lengths"]
-    forward.__signature__ = inspect.Signature([*params, extra, *var_kw])
-    forward._packwise = True
+    forward.__dict__["__signature__"] = inspect.Signature([*params, extra, *var_kw])  # a function's attributes
+    forward.__dict__["_packwise"] = True
     forward.__doc__ = type(model).forward.__doc__
     model.forward = types.MethodType(forward, model)

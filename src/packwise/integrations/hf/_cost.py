@@ -37,8 +37,9 @@ def _layer_counts(cfg) -> tuple[int, int, int | None]:
     types = getattr(cfg, "layer_types", None)
     window = getattr(cfg, "sliding_window", None)
     if types is None:  # every layer the same: sliding when the config turns a window on for all of them
-        slides = window is not None and getattr(cfg, "use_sliding_window", True)
-        return (0, layers, int(window)) if slides else (layers, 0, None)
+        if window is not None and getattr(cfg, "use_sliding_window", True):
+            return 0, layers, int(window)
+        return layers, 0, None
     unknown = sorted({t for t in types if t not in LAYER_ATTENTION})
     if unknown:
         raise ValueError(
@@ -49,7 +50,7 @@ def _layer_counts(cfg) -> tuple[int, int, int | None]:
     slid = sum(LAYER_ATTENTION[t] == "window" for t in types)
     if slid and not window:
         raise ValueError(f"{type(cfg).__name__} has sliding_attention layers but sliding_window={window!r}")
-    return full, slid, int(window) if slid else None
+    return full, slid, int(window) if slid and window else None  # slid: window is set (checked above)
 
 
 def _weights(cfg) -> float:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -156,7 +157,7 @@ def _split(feature: Mapping, index: int) -> list[dict]:
         return _sequences(feature, index)
     except ValueError as e:
         lengths = feature.get("seq_lengths") if isinstance(feature, Mapping) else None
-        ids = feature.get("input_ids") if isinstance(feature, Mapping) else None
+        ids: Any = feature.get("input_ids") if isinstance(feature, Mapping) else None  # whatever np.size takes
         try:
             total, n = int(np.asarray(lengths).sum()), int(np.size(ids))
         except (TypeError, ValueError):

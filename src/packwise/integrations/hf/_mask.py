@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 from functools import cache
+from typing import Any
 
 from ._guard import PackingRefused
 
@@ -33,7 +34,7 @@ def _window(config) -> int | None:
 
 
 @cache
-def _dispatch(cls: type) -> tuple[bool, bool]:
+def _dispatch(cls: type[Any]) -> tuple[bool, bool]:
     """(the forward calls an attention function, it passes ``sliding_window=`` to it), from the source."""
     try:
         source = inspect.getsource(cls.forward)
@@ -52,7 +53,8 @@ def check_mask_only_features(model) -> None:
     """
     model_config = getattr(model, "config", None)
     for name, module in model.named_modules():
-        calls, passes = _dispatch(type(module))
+        # type objects are hashable; mypy does not match them to typeshed's Hashable (functools.cache's key)
+        calls, passes = _dispatch(type(module))  # type: ignore[arg-type]
         if not calls or passes:
             continue
         config = getattr(module, "config", None) or model_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import get_args
+from typing import Any, cast, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -95,7 +95,7 @@ class PackedParquetDataset(Dataset):
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
         self._open: dict[int, pq.ParquetFile] = {}
-        self._cache: tuple[int, int, int, object] | None = None  # (file, group start, group end, table)
+        self._cache: tuple[int, int, int, pa.Table] | None = None  # (file, group start, group end, table)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -128,7 +128,8 @@ class PackedParquetDataset(Dataset):
                     self._cache = c = (f, start, start + n, table)
                     break
                 start += n
-        return c[3].slice(local - c[1], 1)
+        found = cast("tuple[int, int, int, pa.Table]", c)  # some row group holds local (< the file's rows)
+        return found[3].slice(local - found[1], 1)
 
     def pack_seq_lengths(self) -> list[np.ndarray]:
         """Each pack's sequence lengths (tokens), read from the ``seq_lengths`` column only."""
@@ -156,7 +157,11 @@ class PackedParquetDataset(Dataset):
         }
         flat = {name: v.astype(np.int64) if name in BASE_COLUMNS else v for name, v in flat.items()}
         sources = row.column("source_index")[0].values.to_numpy().tolist()
-        options = {"alignment": self.alignment, "pad_to": self.pad_to, "pad_token_id": self.pad_token_id}
+        options: dict[str, Any] = {
+            "alignment": self.alignment,
+            "pad_to": self.pad_to,
+            "pad_token_id": self.pad_token_id,
+        }
         if not {"image_paths", "video_paths", "audio_paths"} & set(row.column_names) and _flat_ok(flat):
             # the row is already the seam (flat columns + boundaries): one pack, no split and join
             cu = np.zeros(lengths.shape[0] + 1, dtype=np.int64)

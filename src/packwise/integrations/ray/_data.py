@@ -34,7 +34,8 @@ def _stats_batch(batch: dict, *, pieces: list, options: PackOptions, jobs: list[
     their :class:`PieceStats`, pickled (a few KB each)."""
     out = []
     for i in batch["piece"].tolist():
-        stats, samples, lengths = _tokenize(*pieces[i], options, jobs[i])
+        tag, data, meta = pieces[i]  # a piece is (tag, data or ObjectRef, meta): _io._source
+        stats, samples, lengths = _tokenize(tag, data, meta, options, jobs[i])
         if jobs[i].keep_lengths and lengths is not None:
             stats.lengths = lengths
         if jobs[i].spill is not None and samples is not None:

@@ -57,7 +57,13 @@ def _plan(stats: list[PieceStats], options: PackOptions):
     never sees a per-sequence array), or, for the order-dependent planners (next_fit, first_fit_shuffle), a
     ``PackPlan`` from the lengths pass 1 returned in input order (O(N) driver memory: said in the docs)."""
     if not plans_from_histogram(options):
-        real = [s.lengths for s in stats if s.counts.sequences]
+        real: list[np.ndarray] = []
+        for s in stats:
+            if not s.counts.sequences:
+                continue
+            if s.lengths is None:  # the engine sets keep_lengths for these planners: a piece that did not is a bug
+                raise RuntimeError("packwise: a Ray piece returned no lengths for an order-dependent planner")
+            real.append(s.lengths)
         return plan(np.concatenate(real).astype(np.int64), options)
     counts = np.zeros(options.capacity + 1, dtype=np.int64)
     for s in stats:

@@ -40,17 +40,17 @@ import math
 import os
 import shutil
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 
-from ...files import claim_output
+from ...files import OutputDir, claim_output
 from ...pipeline import PackOptions, PackReport, resolve_chat_template
 from ...pipeline.steps import PackedCounts, build_report, check_sequences, plans_from_histogram, shard_bounds
 from ._data import tokenize_pieces
 from ._driver import _check, _commit, _metrics, _plan, _plan_hash
-from ._fs import RemoteOutput, resolve
+from ._fs import Loc, RemoteOutput, resolve
 from ._io import PIECES_PER_CPU, _source
 from ._spill import group_folders, remove, spill_root
 from ._workers import MEDIA_TYPES, PieceJob, WriteJob, _place, _write_group
@@ -138,6 +138,8 @@ def pack_ray(
     if runtime_env is not None and not isinstance(runtime_env, dict):
         raise TypeError(f"runtime_env must be a dict (Ray's runtime_env), got {type(runtime_env).__name__}")
     remote = resolve(output, filesystem)
+    out: RemoteOutput | OutputDir
+    claim: AbstractContextManager
     if remote is not None:
         out, owner, claim = RemoteOutput(remote, overwrite=overwrite), True, nullcontext()
     else:  # locked below; the caller commits when it opened it
@@ -155,12 +157,13 @@ def pack_ray(
             opts = opts.replace(vision=with_media_root(opts.vision, name))
         timings["read"] = time.perf_counter() - t
 
-        tmp = out.start() if remote is not None else out.staging()
+        staging: Loc | Path = out.start() if isinstance(out, RemoteOutput) else out.staging()
+        tmp: Loc | Path | None = staging  # None once committed
         writers: list = []
         try:
             t = time.perf_counter()
             keep = not plans_from_histogram(opts)  # next_fit, first_fit_shuffle: every length comes to the driver
-            spill = spill_root(tmp)
+            spill = spill_root(staging)
             job = PieceJob(name, kind, template, digest_rows=fingerprint is None, keep_lengths=keep, spill=spill)
             stats, _ = tokenize_pieces(ray, pieces, opts, job)
             if fingerprint is None:  # a ray Dataset: order-aware sum of per-row digests, independent of blocks
@@ -176,17 +179,18 @@ def pack_ray(
             timings["plan"] = time.perf_counter() - t
 
             t = time.perf_counter()
-            shards, fills, order, pad = _assemble(ray, plan, stats, spill, packs_per_shard, tmp, writers, cpus)
+            shards, fills, order, pad = _assemble(ray, plan, stats, spill, packs_per_shard, staging, writers, cpus)
             plan_hash = _plan_hash(ray, plan, spill, [i for i, s in enumerate(stats) if s.counts.sequences], order)
             remove(spill)  # before the commit: the staging's files become the output
             timings["assemble"] = time.perf_counter() - t
             t = time.perf_counter()
+            tok = next((s.tokenizer for s in stats if s.tokenizer), (None, None))
             report = build_report(
-                source=(name, fingerprint, kind), tokenizer=next((s.tokenizer for s in stats if s.tokenizer), None),
+                source=(name, fingerprint, kind), tokenizer=tok,
                 options=opts, counts=counts, packed=sum((c for _, c in shards), PackedCounts()), plan=plan,
                 plan_hash=plan_hash, metrics=_metrics(plan, fills, pad), timings=timings, skipped=skipped,
             )  # fmt: skip
-            _commit(tmp, out if owner else None, report, [entry for entry, _ in shards])
+            _commit(staging, out if owner else None, report, [entry for entry, _ in shards])
             tmp = None
         except BaseException as e:
             # Let running writers finish before removing their directory. Not ray.cancel: cancelling a task
@@ -194,9 +198,9 @@ def pack_ray(
             # with ray 2.60 here). On Ctrl-C nothing waits: the session's shutdown stops the workers.
             if writers and isinstance(e, Exception):
                 ray.wait(writers, num_returns=len(writers), timeout=WRITER_WAIT_S)
-            if remote is not None:
+            if isinstance(out, RemoteOutput):
                 out.abort()  # the temporary prefix, spill included
-            elif tmp is not None:
+            elif isinstance(tmp, Path):  # None once committed
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
         timings["write"] = time.perf_counter() - t
@@ -264,18 +268,17 @@ def _session(num_cpus: int | None, address: str | None, runtime_env: dict | None
             )
         yield
         return
-    env = {"runtime_env": runtime_env} if runtime_env is not None else {}
     if address is None:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **env)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     else:
-        ray.init(address=address, log_to_driver=False, **env)
+        ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
     try:
         yield
     finally:
         ray.shutdown()
 
 
-def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers: list, cpus: int):
+def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path | Loc, writers: list, cpus: int):
     """Pass 2: each piece, read from pass 1's spill (not from the input), places its sequences and spills
     them by shard group (``_spill.write_part``); then one writer per group reads its rows and writes its
     shards. Rows never pass through the object store or the driver. The driver keeps at most
@@ -309,7 +312,9 @@ def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers:
     group_folders(spill, n_groups)
     place = ray.remote(_place)
     cost_offsets = np.zeros(plan.capacity + 1, dtype=np.int64)
-    running, seq, row, whole, edges = [], 0, 0, 0, {}
+    running: list = []  # ObjectRefs of the place tasks in flight
+    seq, row, whole = 0, 0, 0
+    edges: dict[int, tuple[int, int]] = {}  # batch -> (longest, rows) of the batches cut by pieces' edges
 
     def fold(done: list) -> None:
         nonlocal whole
@@ -324,7 +329,7 @@ def _assemble(ray, plan, stats: list, spill, per_shard: int, tmp: Path, writers:
         if n:  # a piece whose rows were all skipped or dropped sends nothing
             if hist:  # per cost of this piece (only those), the sequences of that cost in earlier pieces
                 costs = np.unique(plan.costs_of(s.hist[0]))
-                where = (plan_ref, (costs, cost_offsets[costs]))
+                where: tuple[object, object] = (plan_ref, (costs, cost_offsets[costs]))
                 np.add.at(cost_offsets, plan.costs_of(s.hist[0]), s.hist[1])
             else:
                 where = (None, pos[seq : seq + n])

@@ -17,17 +17,21 @@ import contextlib
 import hashlib
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from ...files import listed_data_files
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 
 @dataclass(frozen=True)
 class Loc:
     """A file or directory on a pyarrow filesystem; ``str()`` is the name packwise prints."""
 
-    fs: object
+    fs: pafs.FileSystem
     path: str
     name: str
 

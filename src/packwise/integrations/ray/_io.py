@@ -11,11 +11,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from ...files import (
+    Kind,
     RawInput,
     check_jsonl_file,
     check_shard_set,
@@ -30,12 +32,17 @@ from ...files import (
 )
 from ._fs import Loc, digest, hf_files, read_arrow, resolve
 
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
 PIECES_PER_CPU = 4  # tokenization tasks per cluster CPU, for load balance
 PIECE_ROWS = (16, 100_000)  # rows per task: min, max
 PIECE_BYTES = (64 << 10, 64 << 20)  # JSONL bytes per task: min, max
 
 
-def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) -> tuple[str, str, list, object]:
+def _source(
+    ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None
+) -> tuple[str, Kind, list, str | ObjectRef | None]:
     """``(name, kind, pieces, fingerprint)``; a piece is ``(tag, data or ObjectRef, meta)``, in input order.
     The fingerprint is a string, an ObjectRef to one, or None (summed from per-row digests by the pieces).
     A URI (``s3://...``) or a path on ``filesystem`` is read through pyarrow's filesystem (see ``_fs``)."""
@@ -45,7 +52,9 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
             raise TypeError(f"{raw.name}: pass a file as its path to pack_ray, not as a RawInput read from it")
         step = _piece_rows(raw.num_rows, cpus)
         if raw.rows is not None:
-            pieces = [("rows", ray.put(raw.rows[a : a + step]), (a,)) for a in range(0, raw.num_rows, step)]
+            pieces: list[tuple[str, object, tuple]] = [
+                ("rows", ray.put(raw.rows[a : a + step]), (a,)) for a in range(0, raw.num_rows, step)
+            ]
         else:
             ref = ray.put(raw.table)
             pieces = [("block", ref, (a, min(a + step, raw.num_rows), a)) for a in range(0, raw.num_rows, step)]
@@ -95,7 +104,9 @@ def _source(ray, data, fmt: str | None, skip: bool, cpus: int, filesystem=None) 
     return str(path), detect_kind(schema.names, str(path)), pieces, ray.remote(input_digest).remote(files)
 
 
-def _remote_source(ray, loc: Loc, fmt: str | None, skip: bool, cpus: int) -> tuple[str, str, list, object]:
+def _remote_source(
+    ray, loc: Loc, fmt: str | None, skip: bool, cpus: int
+) -> tuple[str, Kind, list, str | ObjectRef | None]:
     """As the local branch of :func:`_source`, for a file or directory on a pyarrow filesystem."""
     import pyarrow.parquet as pq
 
@@ -153,7 +164,7 @@ def _parquet_pieces(files: list, footers: list, schema: pa.Schema, name: str, cp
     return pieces
 
 
-def _arrow_pieces(ray, files: list, name: str, cpus: int) -> tuple[str, list]:
+def _arrow_pieces(ray, files: list, name: str, cpus: int) -> tuple[Kind, list]:
     """``(kind, pieces)`` of a saved HF dataset: row ranges of its Arrow files, read by the tokenize tasks."""
     counts = ray.get([ray.remote(_arrow_rows).remote(f) for f in files])
     if sum(n for n, _ in counts) == 0:
@@ -181,7 +192,8 @@ def _dataset_pieces(ds, cpus: int) -> tuple[list, list[str]]:
     saved = ctx.execution_options.preserve_order, ctx.enable_progress_bars
     ctx.execution_options.preserve_order, ctx.enable_progress_bars = True, False
     try:
-        blocks, names = [], []
+        blocks: list = []
+        names: list[str] = []
         for bundle in ds.iter_internal_ref_bundles():
             names = names or (list(bundle.schema.names) if bundle.schema is not None else [])
             for entry, part in zip(bundle.blocks, bundle.slices):
@@ -213,7 +225,7 @@ def _skip_line(f) -> int:
     return n
 
 
-def _jsonl_kind(path, skip: bool) -> str:
+def _jsonl_kind(path, skip: bool) -> Kind:
     """The row kind, from the first valid line as the local reader decides it (reads only that far)."""
     bad = 0
     with _open(path) as f:
@@ -272,7 +284,7 @@ class _Piece(RawInput):
         return super().locate(i) if self.line_numbers is not None else f"{self.name} row {self.start + i}"
 
 
-def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
+def _read_piece(tag: str, data, meta: tuple, name: str, kind: Kind) -> _Piece:
     if tag == "rows":
         return _Piece(name=name, kind=kind, rows=data, start=meta[0])
     if tag == "block":
@@ -289,7 +301,9 @@ def _read_piece(tag: str, data, meta: tuple, name: str, kind: str) -> _Piece:
         lo, hi, start = meta
         return _Piece(name=name, kind=kind, table=read_arrow(data).slice(lo, hi - lo), start=start)
     lo, hi, first = meta
-    rows, numbers, errors = [], [], []
+    rows: list[dict | None] = []  # None: a line that could not be parsed (RawInput.rows)
+    numbers: list[int] = []
+    errors: list[tuple[int, str]] = []
     with _open(data) as f:
         f.seek(lo)
         for lineno, raw in jsonl_lines(f, name, first=first, size=hi - lo):  # the local reader's bound

@@ -133,6 +133,7 @@ def write_part(root, g: int, i: int, part) -> int:
 
 def read_parts(root, g: int) -> list:
     """Worker, pass 2: every piece's rows for writer group ``g``, in piece (input) order."""
+    found: list[Loc] | list[Path]
     if isinstance(root, Loc):
         found = root.child(f"g{g:06d}").list(".pkl")
     else:

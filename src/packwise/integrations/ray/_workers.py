@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...files import RawInput, shard_name
+from ...files import Kind, RawInput, shard_name
 from ...pipeline import PackOptions, Samples
 from ...pipeline.steps import (
     PieceCounts,
@@ -24,6 +24,7 @@ from ...pipeline.steps import (
     write_shard,
 )
 from ...plan import PackPlan
+from ._fs import Loc
 from ._io import _read_piece
 from ._spill import drop_piece, read_parts, read_piece, write_part
 
@@ -35,7 +36,7 @@ class PieceJob:
     """What every tokenize task needs besides its piece and the :class:`PackOptions`."""
 
     name: str  # the input's name, in messages
-    kind: str  # "chat", "prompt", "tokens", ... (io._read.detect_kind)
+    kind: Kind  # "messages", "prompt_completion" or "tokens" (files.detect_kind)
     template: str | None  # the chat template's text (resolved once, on the driver)
     digest_rows: bool  # sum per-row digests (a ray.data.Dataset has no file to fingerprint)
     keep_lengths: bool = False  # pass 1 returns the (n,) lengths (order-dependent planners need them all)
@@ -54,7 +55,9 @@ class PieceStats:
     errors: list = field(default_factory=list)  # (rank, row, message) of the first 5 bad rows
     fatal: str | None = None  # the input as a whole is unusable (a bad tokenizer, a column of the wrong type)
     too_long: str | None = None  # overflow="error" met a long sample
-    tokenizer: tuple | None = None  # (name, fingerprint) of the tokenizer this piece was tokenized with
+    tokenizer: tuple[str | None, str | None] | None = (
+        None  # (name, fingerprint) of the tokenizer this piece was tokenized with
+    )
     digest: int = 0
     hist: tuple = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (lengths, counts) after overflow
     columns: dict = field(default_factory=dict)  # per-token column -> dtype
@@ -180,7 +183,7 @@ def _split(samples: Samples, hp, place: np.ndarray, bounds: np.ndarray, row_star
     group = np.searchsorted(bounds, pos, side="right") - 1
     order = np.argsort(group, kind="stable")
     cuts = np.searchsorted(group[order], np.arange(bounds.shape[0]))
-    out = []
+    out: list[tuple[Samples, np.ndarray, np.ndarray] | tuple[int, list] | None] = []
     for g in range(bounds.shape[0] - 1):
         sel = order[cuts[g] : cuts[g + 1]]
         lens = samples.lengths[sel]
@@ -212,10 +215,12 @@ def _pad_share(lengths: np.ndarray, seq_start: int, batch: int) -> tuple[int, li
 class WriteJob:
     """What one shard writer writes: ``shards`` as ``(shard, first pack, stop pack)`` within the group."""
 
-    tmp: object  # the staging directory (str) or a _fs.Loc (remote output)
+    tmp: str | Loc  # the staging directory, or a _fs.Loc (remote output)
     num_shards: int
     shards: list
-    offsets: object  # (packs+1,) sequence offsets in plan order, or (HistogramPlan ref, first pack, stop pack)
+    offsets: (
+        np.ndarray | tuple
+    )  # (packs+1,) sequence offsets in plan order, or (HistogramPlan ref, first pack, stop pack)
     capacity: int
     algorithm: str
     columns: dict  # per-token column -> dtype, as every piece has them
@@ -230,11 +235,14 @@ def _write_group(job: WriteJob, spill, g: int):
     packs per real token count, and the group's ``(n,)`` sequence indices in plan order (the group's slice
     of ``PackPlan.order``, for the plan hash).
     """
-    offsets = job.offsets
-    if isinstance(offsets, tuple):  # (HistogramPlan ref, first pack, last pack + 1): O(packs of this group) here
+    offsets: np.ndarray
+    if isinstance(job.offsets, tuple):  # (HistogramPlan ref, first pack, last pack + 1): O(packs of this group)
         import ray
 
-        offsets = ray.get(offsets[0]).pack_offsets(np.arange(offsets[1], offsets[2] + 1))
+        ref, first, stop = job.offsets
+        offsets = ray.get(ref).pack_offsets(np.arange(first, stop + 1))
+    else:
+        offsets = job.offsets
     parts = read_parts(spill, g)
 
     def cat(values: list, dtype: str) -> np.ndarray:
@@ -259,14 +267,13 @@ def _write_group(job: WriteJob, spill, g: int):
     seq = cat([s for _, _, s in parts], "int64")[order]
     pos, done = pos[order], []
     fills = np.zeros(job.capacity + 1, dtype=np.int64)
-    local = isinstance(job.tmp, str)  # else a _fs.Loc
     for shard, p0, p1 in job.shards:
         a, b = np.searchsorted(pos, [offsets[p0], offsets[p1]])
         plan = PackPlan(order[a:b], offsets[p0 : p1 + 1] - offsets[p0], lengths, job.capacity, job.algorithm)
         fills += np.bincount(plan.pack_lengths(), minlength=job.capacity + 1)
         packed, counts = execute(samples, plan)
         name = shard_name(shard, job.num_shards)
-        if local:
+        if isinstance(job.tmp, str):
             entry = write_shard(packed, 0, packed.num_packs, f"{job.tmp}/{name}")
         else:  # a Loc on a pyarrow filesystem
             entry = write_shard(packed, 0, packed.num_packs, job.tmp.child(name).path, filesystem=job.tmp.fs)
