@@ -260,7 +260,7 @@ def without_fields(raw: RawInput, names) -> tuple[RawInput, int]:
         count = sum(raw.table.num_rows - raw.table.column(c).null_count for c in gone)
         return dataclasses.replace(raw, table=raw.table.drop_columns(gone)), count
     rows, count = [], 0
-    for row in raw.rows:
+    for row in raw.rows if raw.rows is not None else []:  # no table: the rows are set
         if row is not None and not names.isdisjoint(row):
             count += sum(row[k] is not None for k in names & row.keys())
             row = {k: v for k, v in row.items() if k not in names}

@@ -10,7 +10,7 @@ transformers' ``ProcessorMixin.create_mm_token_type_ids``: 0 text, 1 image, 2 vi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -117,7 +117,8 @@ def encode_media_chat(
             f"{len(videos)} videos, {len(audios)} clips"
         )
     check_chats([messages], special_token_pattern(tokenizer), lambda i: where)  # the user's text, not ours
-    [(token_ids, loss)] = _encode_chats([out_msgs], tokenizer)  # media expanded into special tokens by us: unchecked
+    [encoded] = _encode_chats([out_msgs], tokenizer)
+    token_ids, loss = cast("tuple[np.ndarray, np.ndarray]", encoded)  # unchecked (media tokens are ours); never None
     ids = torch.from_numpy(token_ids.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == vision.image_token_id] = 1

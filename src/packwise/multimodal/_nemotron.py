@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -223,7 +224,8 @@ def encode_nemotron_chat(
             f"{where}: {n_img} image and {n_aud} audio parts for {len(images)} images, {len(audios)} clips"
         )
     check_chats([messages], special_token_pattern(tokenizer), lambda i: where)
-    [(ids_np, loss)] = encode_checked_chats([out_msgs], tokenizer)  # media expanded by us into special tokens
+    [encoded] = encode_checked_chats([out_msgs], tokenizer)
+    ids_np, loss = cast("tuple[np.ndarray, np.ndarray]", encoded)  # media tokens are ours; never None
     ids = torch.from_numpy(ids_np.astype(np.int64))
     types = torch.zeros_like(ids)
     types[ids == spec.image_token_id] = 1

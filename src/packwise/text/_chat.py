@@ -150,10 +150,11 @@ def encode_chats(
         'Yo<|im_end|>'
     """
     check_chats(chats, special_token_pattern(tokenizer), where)
-    return _encode_chats(
+    encoded = _encode_chats(
         chats, tokenizer, chat_template=chat_template, loss_on=loss_on, skip_assistant_turns=skip_assistant_turns,
         batch_size=batch_size, progress=progress, where=where,
     )  # fmt: skip
+    return cast("list[tuple[np.ndarray, np.ndarray]]", encoded)  # no on_bad: a bad row raises, no entry is None
 
 
 def _encode_chats(
@@ -180,7 +181,7 @@ def _encode_chats(
     kwargs = _template_kwargs(tokenizer)
     marked = bool(_GENERATION.search(template))
     backend = tokenizer.backend_tokenizer
-    out: list[tuple[np.ndarray, np.ndarray]] = []
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
     with_reply, first_with_reply = 0, None  # conversations with an assistant turn that carries loss
     for lo in range(0, len(chats), batch_size):
         batch = [list(c) for c in chats[lo : lo + batch_size]]
