@@ -75,7 +75,9 @@ def test_split_cuts_the_token_axis_and_parquet_inputs_of_both_list_kinds_are_car
 
 def test_rows_of_another_per_token_shape_are_refused_naming_the_column_and_both_shapes(tmp_path):
     rows = [{"input_ids": [1, 2], "t": [[1, 2], [3, 4]]}, {"input_ids": [3, 4], "t": [[1, 2, 3], [4, 5, 6]]}]
-    with pytest.raises(ValueError, match=r"row 1: field 't' has per-token shape \[3\] but the first good row's is \[2\]"):
+    with pytest.raises(
+        ValueError, match=r"row 1: field 't' has per-token shape \[3\] but the first good row's is \[2\]"
+    ):
         pack_dataset(rows, capacity=8)
     table, report = pack_dataset(rows, capacity=8, skip_bad_rows=True)
     assert (report.rows_skipped, table.column("t").to_pylist()) == (1, [[[1, 2], [3, 4]]])
@@ -86,7 +88,9 @@ def test_rows_of_another_per_token_shape_are_refused_naming_the_column_and_both_
     pq.write_table(pa.table({"input_ids": [[1, 2], [3, 4]], "t": [[[1.0, 2.0], [3.0, 4.0]], [[1.0], [2.0]]]}), path)
     with pytest.raises(ValueError, match=r"row 1: field 't' has per-token shape \[1\] at token 0 but .* here \[2\]"):
         pack_dataset(path, capacity=8)
-    with pytest.raises(ValueError, match=r"'t' has shape \[2\] per token in one part of the input and \[3\] in another"):
+    with pytest.raises(
+        ValueError, match=r"'t' has shape \[2\] per token in one part of the input and \[3\] in another"
+    ):
         PieceCounts(token_columns=(("t", "<f8", (2,)),)) + PieceCounts(token_columns=(("t", "<f8", (3,)),))
 
 
@@ -94,7 +98,9 @@ def test_a_one_token_row_is_refused_as_having_no_loss_token_and_counted_when_ski
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"input_ids": [[5], [1, 2]]}), path)
     for data in ([{"input_ids": [5]}, {"input_ids": [1, 2]}], path):
-        with pytest.raises(ValueError, match=r"row 0: field 'input_ids' holds a single token: its only label is masked"):
+        with pytest.raises(
+            ValueError, match=r"row 0: field 'input_ids' holds a single token: its only label is masked"
+        ):
             pack_dataset(data, capacity=4)
         table, report = pack_dataset(data, capacity=4, skip_bad_rows=True)
         assert (report.rows_skipped, report.tokens_read, table.column("input_ids").to_pylist()) == (1, 2, [[1, 2]])
@@ -103,4 +109,6 @@ def test_a_one_token_row_is_refused_as_having_no_loss_token_and_counted_when_ski
         pack_dataset(padded, capacity=4)
     with pytest.raises(ValueError, match=r"field 'labels' gives no loss token"):  # explicit labels: their own rule
         pack_dataset([{"input_ids": [5], "labels": [5]}], capacity=4)
-    assert np.array_equal(pack_dataset([{"input_ids": [5, 6]}], capacity=4)[0].column("labels").to_pylist(), [[-100, 6]])
+    assert np.array_equal(
+        pack_dataset([{"input_ids": [5, 6]}], capacity=4)[0].column("labels").to_pylist(), [[-100, 6]]
+    )

@@ -155,7 +155,10 @@ def _not_per_token(value) -> str:
         what = "is an empty list"
     else:
         what = f"is a {type(value).__name__}, not a per-token list"
-    return f"{what}: only per-token numbers (one number or one [k, ...] list per input id) reach the packs, so it would be dropped"
+    return (
+        f"{what}: only per-token numbers (one number or one [k, ...] list per input id) reach the packs, so it "
+        "would be dropped"
+    )
 
 
 #: The fix of a field that does not reach the packs.

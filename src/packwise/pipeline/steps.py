@@ -125,7 +125,9 @@ class PieceCounts:
         merged = ("media", "token_columns")
         values = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.name not in merged}
         return PieceCounts(
-            **values, media=self.media or other.media, token_columns=_merge_columns(self.token_columns, other.token_columns)
+            **values,
+            media=self.media or other.media,
+            token_columns=_merge_columns(self.token_columns, other.token_columns),
         )
 
     @property
