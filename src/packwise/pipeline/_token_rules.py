@@ -163,14 +163,3 @@ def _not_per_token(value) -> str:
 
 #: The fix of a field that does not reach the packs.
 DROP_FIX = "drop it from the data, or pass drop_fields=[{name!r}] (--drop-field {name}) to drop and count it"
-
-
-def _single_token(where: str) -> BadRow:
-    """A row of one token (after padding is stripped) has no loss token: HF shifts labels, so a sequence's
-    first label is never a target — packed, it would train on nothing (rows with labels/masks are refused by
-    :func:`_check_some_loss` the same way)."""
-    return BadRow(
-        where, "input_ids", "holds a single token: its only label is masked (a sequence's first token is never a "
-        "target), so the row would be packed with nothing to train on",
-        "drop the row (--skip-bad-rows counts it) or join it to the text it belongs to",
-    )  # fmt: skip

@@ -38,7 +38,6 @@ from ._token_rules import (
     _not_per_token,
     _not_produced,
     _reserved,
-    _single_token,
     real_span,
 )
 from ._tokens_table import _tokens_from_table
@@ -94,8 +93,6 @@ def tokens_from_rows(
                 removed = ids.shape[0] - (b - a)
                 ids, labels, cols = ids[a:b], labels[a:b], {k: v[a:b] for k, v in cols.items()}
             _check_vocab(ids, vocab_size, where)
-            if ids.shape[0] == 1:
-                raise _single_token(where)
         except BadRow as e:
             errors.bad(i, e)
             continue

@@ -20,7 +20,6 @@ from ._token_rules import (
     _check_some_loss,
     _check_vocab,
     _not_produced,
-    _single_token,
     real_span,
 )
 from ._types import RowErrors, Samples
@@ -153,16 +152,15 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
         )
         flag(np.flatnonzero(col_null), lambda r, name=name: BadRow(raw.locate(r), name, "holds a null value"))
         columns[name] = _aligned(values, col_len, lengths)
-    real, real_lengths = None, lengths
+    real = None
     if PAD_MASK in columns:
         real = _strip_padding(columns.pop(PAD_MASK), lengths, starts, flag, raw)
-        real_lengths = np.bincount(np.repeat(np.arange(n), lengths)[real], minlength=n)
-    flag(np.flatnonzero(real_lengths == 1), lambda r: _single_token(raw.locate(r)))
     token_keep = np.repeat(keep, lengths)
     kept_lengths = lengths[keep]
     pads = 0
     if real is not None:
         token_keep &= real
+        real_lengths = np.bincount(np.repeat(np.arange(n), lengths)[real], minlength=n)
         pads = int((lengths - real_lengths)[keep].sum())
         kept_lengths = real_lengths[keep]
     offsets = np.zeros(kept_lengths.shape[0] + 1, dtype=np.int64)
