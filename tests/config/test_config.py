@@ -91,10 +91,10 @@ def test_loading(tmp_path, suffix):
 def test_cli_config_with_flag_override(tmp_path, write_jsonl, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("capacity: 4\nalgorithm: next_fit\n")
-    data = write_jsonl([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}, {"input_ids": [6, 7]}])
+    data = write_jsonl([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}, {"input_ids": [6]}])
     assert main(["pack", str(data), "-o", str(tmp_path / "a"), "--config", str(cfg), "--json", "--no-report"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert (rep["capacity"], rep["algorithm"], rep["packs"]) == (4, "next_fit", 2)  # [3] [2, 2]
+    assert (rep["capacity"], rep["algorithm"], rep["packs"]) == (4, "next_fit", 2)  # [3] [2, 1]
     assert (
         main(
             [
@@ -105,7 +105,7 @@ def test_cli_config_with_flag_override(tmp_path, write_jsonl, capsys):
                 "--config",
                 str(cfg),
                 "--capacity",
-                "7",
+                "6",
                 "--json",
                 "--no-report",
             ]
@@ -113,7 +113,7 @@ def test_cli_config_with_flag_override(tmp_path, write_jsonl, capsys):
         == 0
     )
     rep = json.loads(capsys.readouterr().out)
-    assert (rep["capacity"], rep["packs"]) == (7, 1)
+    assert (rep["capacity"], rep["packs"]) == (6, 1)
 
 
 def test_cli_rejects_a_broken_rule_before_any_work(tmp_path, write_jsonl, capsys):

@@ -367,7 +367,7 @@ def test_cli_ray_options_need_engine_ray(tmp_path, capsys):
 
 def test_saved_hf_dataset_directory(tmp_path):
     datasets = pytest.importorskip("datasets")
-    rows = [{"input_ids": [(3 * i + j) % 500 + 1 for j in range(2 + (13 * i) % 40)]} for i in range(300)]
+    rows = [{"input_ids": [(3 * i + j) % 500 + 1 for j in range(1 + (13 * i) % 40)]} for i in range(300)]
     path = tmp_path / "saved"
     datasets.Dataset.from_list(rows).save_to_disk(str(path), num_shards=2)
     options = {"capacity": 64, "packs_per_shard": 30}

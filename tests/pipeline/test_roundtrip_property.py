@@ -25,7 +25,7 @@ def datasets(draw):
     padded = draw(st.booleans())
     rows = []
     for _ in range(n):
-        length = draw(st.integers(2, 3 * capacity + 2))  # >= 1 target (a one-token row is refused)
+        length = draw(st.integers(1 if mode == "none" else 2, 3 * capacity + 2))  # labels/mask: >= 1 target
         ids = draw(st.lists(st.integers(0, 1000), min_size=length, max_size=length))
         row = {"input_ids": ids, "w": draw(st.lists(st.integers(-5, 5), min_size=length, max_size=length))}
         if mode == "labels":

@@ -1,11 +1,9 @@
 """Per-token columns shaped [T, k] (teacher top-k log-probs, router replay) are carried, not refused: through
 the overflow cut, the plan, Parquet, ``load_packed``, ``PackedParquetDataset``, ``collate_packs`` and the HF
-``PackedDataCollator``; rows of another per-token shape are refused naming the column and both shapes. Also:
-a one-token pre-tokenized row (no loss token) is refused like every other zero-loss row."""
+``PackedDataCollator``; rows of another per-token shape are refused naming the column and both shapes."""
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -92,23 +90,3 @@ def test_rows_of_another_per_token_shape_are_refused_naming_the_column_and_both_
         ValueError, match=r"'t' has shape \[2\] per token in one part of the input and \[3\] in another"
     ):
         PieceCounts(token_columns=(("t", "<f8", (2,)),)) + PieceCounts(token_columns=(("t", "<f8", (3,)),))
-
-
-def test_a_one_token_row_is_refused_as_having_no_loss_token_and_counted_when_skipped(tmp_path):
-    path = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"input_ids": [[5], [1, 2]]}), path)
-    for data in ([{"input_ids": [5]}, {"input_ids": [1, 2]}], path):
-        with pytest.raises(
-            ValueError, match=r"row 0: field 'input_ids' holds a single token: its only label is masked"
-        ):
-            pack_dataset(data, capacity=4)
-        table, report = pack_dataset(data, capacity=4, skip_bad_rows=True)
-        assert (report.rows_skipped, report.tokens_read, table.column("input_ids").to_pylist()) == (1, 2, [[1, 2]])
-    padded = [{"input_ids": [0, 0, 5], "attention_mask": [0, 0, 1]}]  # one real token once the padding is stripped
-    with pytest.raises(ValueError, match=r"holds a single token"):
-        pack_dataset(padded, capacity=4)
-    with pytest.raises(ValueError, match=r"field 'labels' gives no loss token"):  # explicit labels: their own rule
-        pack_dataset([{"input_ids": [5], "labels": [5]}], capacity=4)
-    assert np.array_equal(
-        pack_dataset([{"input_ids": [5, 6]}], capacity=4)[0].column("labels").to_pylist(), [[-100, 6]]
-    )
