@@ -177,11 +177,11 @@ def test_drop_field_on_the_command_line(tmp_path, write_jsonl, capsys):
 
 @pytest.mark.parametrize(
     ("value", "problem"),
-    [([[0.5, 0.25]] * 3, "is a list of lists (per-token [T, k] values?)"), (["a", "b", "c"], "holds str values"),
+    [([["a"]] * 3, "is a list of lists that are not (non-empty lists of) numbers"), (["a", "b", "c"], "holds str values"),
      ("x", "is a str, not a per-token list")],
 )  # fmt: skip
 def test_pre_tokenized_fields_that_are_not_flat_per_token_numbers_are_refused(value, problem):
-    with pytest.raises(ValueError, match=rf"row 0: field 'topk' {re.escape(problem)}: only flat per-token numbers"):
+    with pytest.raises(ValueError, match=rf"row 0: field 'topk' {re.escape(problem)}: only per-token numbers"):
         pack_dataset([{"input_ids": [1, 2, 3], "topk": value}], capacity=8)
     table, report = pack_dataset([{"input_ids": [1, 2, 3], "topk": value}], capacity=8, drop_fields=["topk"])
     assert table.column_names == ["input_ids", "labels", "seq_lengths", "source_index"]

@@ -149,6 +149,20 @@ def test_pieces_that_keep_nothing_and_a_column_that_starts_mid_input(tmp_path):
     same_files(tmp_path / "ray", tmp_path / "local")
 
 
+def test_pretokenized_t_by_k_column_same_bytes_as_local(tmp_path):
+    """A per-token column shaped [T, 2] (teacher top-k log-probs) goes through the pieces, the spill and the
+    writers: the same files as the local engine, its shape in metadata.json."""
+    rows = [
+        {"input_ids": list(range(1, 3 + i % 9)), "topk": [[-0.5 * j, float(i)] for j in range(2 + i % 9)]}
+        for i in range(60)
+    ]
+    local = local_output(rows, tmp_path / "local", packs_per_shard=5, capacity=16)
+    report = pack_ray(rows, tmp_path / "ray", packs_per_shard=5, capacity=16)
+    assert metadata(report) == metadata(local)
+    assert report.token_columns == {"topk": {"dtype": "float64", "shape": [2]}}
+    same_files(tmp_path / "ray", tmp_path / "local")
+
+
 @pytest.mark.parametrize("types", [0, 1], ids=["zeros", "nonzero"])
 def test_pretokenized_mm_token_type_ids_without_images(types, tmp_path):
     """A pre-tokenized ``mm_token_type_ids`` column is a per-token column like any other: no media columns on

@@ -30,6 +30,7 @@ from ._read import (  # noqa: F401
     read_input,
     without_fields,
 )
+from ._token_cells import cell_values, is_nested_numeric, nested_values, token_lists, trailing_shape  # noqa: F401
 from ._write import (  # noqa: F401
     FORMAT,
     METADATA,

@@ -21,7 +21,9 @@ class PackReport:
     (``attention_mask == 0``) stripped from pre-tokenized rows before anything is counted as read.
     ``packs_without_loss``: packs holding no target at all (a long prompt truncated at capacity): an HF model's
     mean loss over such a pack is NaN. ``drop_fields``/``field_values_dropped``: the fields removed from every
-    row on request, and how many values they held.
+    row on request, and how many values they held. ``token_columns``: every per-token column carried besides
+    ``input_ids``/``labels``, with its numpy dtype and per-token shape (``[]``: one number per token, ``[k]``:
+    ``k`` per token, stored as ``list<fixed_size_list<dtype, k>>``).
     ``loss_on``: the chat setting (``assistant`` or ``all``); for pre-tokenized rows ``labels`` when their
     ``labels``/``loss_mask`` leave some token out, else ``all`` (ids only: every token after a sample's first).
 
@@ -73,6 +75,7 @@ class PackReport:
     packs_without_loss: int = 0
     drop_fields: list[str] = field(default_factory=list)
     field_values_dropped: int = 0
+    token_columns: dict = field(default_factory=dict)  # per-token column -> {"dtype", "shape": per token}
 
     def to_dict(self) -> dict:
         """Plain ``dict`` for JSON (metrics nested under ``metrics``)."""

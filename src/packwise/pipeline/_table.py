@@ -8,7 +8,8 @@ Output schema (one row per pack; ``T_p`` tokens and ``N_p`` sequences in pack ``
 - ``seq_lengths``: ``list<int32>`` (N_p), tokens per sequence; sums to T_p;
 - ``source_index``: ``list<int64>`` (N_p), input row of each sequence;
 - every other per-token column of the input: ``list<dtype>`` (T_p), gathered like ``input_ids``
-  (``mm_token_type_ids``: 0 text, 1 image, for data with images);
+  (``mm_token_type_ids``: 0 text, 1 image, for data with images); a column shaped ``(T, k, ...)`` (teacher
+  top-k log-probs, ...) is ``list<fixed_size_list<dtype, k>>`` (``packwise.files._token_cells``);
 - with images: ``image_paths`` ``list<string>``, ``image_sha256`` ``list<string>`` (SHA-256 of each file's
   bytes, checked when the images are loaded again) and ``image_grid_thw``
   ``list<fixed_size_list<int32, 3>>`` (per image, in pack order) and ``images_per_sequence`` ``list<int32>`` (N_p).
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..files import token_lists
 from ..plan import PackPlan, gather_index, mask_boundaries  # the numpy seam every executor of a plan builds on
 from ._media import media_arrays, media_columns
 from ._samples import Samples
@@ -89,7 +91,7 @@ class PackedColumns:
             "source_index": _lists(seq_off, self.source[s0:s1]),
         }
         for name, values in self.columns.items():
-            data[name] = _lists(tok_off, values[t0:t1])
+            data[name] = token_lists(tok_off, values[t0:t1])
         if self.media is not None:
             data.update(media_columns(self.media, start, stop, seq_off, s0, s1))
         return pa.table(data)

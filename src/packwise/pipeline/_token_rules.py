@@ -108,7 +108,13 @@ def _ambiguous(masks: list[str], given: list[str]) -> tuple[str, str, str]:
 
 
 def _is_numeric_list(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, (int, float, bool)) for x in v[:8])
+    """A non-empty list of numbers, or of non-empty lists of numbers (a per-token ``[T, k, ...]`` column)."""
+    if not isinstance(v, list) or not v:
+        return False
+    head = v[:8]
+    if all(isinstance(x, (int, float, bool)) for x in head):
+        return True
+    return all(isinstance(x, list) for x in head) and _is_numeric_list(head[0])
 
 
 def _check_shifted(ids: np.ndarray, labels: np.ndarray, where: str) -> None:
@@ -141,7 +147,7 @@ def _check_some_loss(labels: np.ndarray, where: str, field: str) -> None:
 def _not_per_token(value) -> str:
     """Why a field of a pre-tokenized row is not a flat per-token column (the problem of a :class:`BadRow`)."""
     if isinstance(value, list) and value and isinstance(value[0], (list, tuple)):
-        what = "is a list of lists (per-token [T, k] values?)"
+        what = "is a list of lists that are not (non-empty lists of) numbers"
     elif isinstance(value, list) and value:
         odd = next((v for v in value if not isinstance(v, (int, float, bool))), value[0])
         what = f"holds {type(odd).__name__} values"
@@ -149,7 +155,10 @@ def _not_per_token(value) -> str:
         what = "is an empty list"
     else:
         what = f"is a {type(value).__name__}, not a per-token list"
-    return f"{what}: only flat per-token numbers (one per input id) reach the packs, so it would be dropped"
+    return (
+        f"{what}: only per-token numbers (one number or one [k, ...] list per input id) reach the packs, so it "
+        "would be dropped"
+    )
 
 
 #: The fix of a field that does not reach the packs.

@@ -62,6 +62,7 @@ def tokens_from_rows(
     extra: dict[str, list[np.ndarray]] = {}
     pads = 0
     rows = cast(list, raw.rows)  # a RawInput without a table holds rows (RawInput.num_rows raises on neither)
+    shapes: dict[str, tuple] = {}  # the per-token shape of every column, from the first good row
     for i, row in enumerate(rows):
         if row is None:
             continue
@@ -88,7 +89,7 @@ def tokens_from_rows(
                 extra_names = names
             elif names != extra_names:
                 _column_mismatch(names, extra_names, where)
-            cols = {name: _column(row[name], ids.shape[0], where, name) for name in names}
+            cols = {name: _column(row[name], ids.shape[0], where, name, shapes.get(name)) for name in names}
             removed = 0
             if PAD_MASK in cols:
                 a, b = real_span(cols.pop(PAD_MASK), where)
@@ -99,6 +100,7 @@ def tokens_from_rows(
             errors.bad(i, e)
             continue
         pads += removed
+        shapes = shapes or {name: arr.shape[1:] for name, arr in cols.items()}
         per_sample.append((ids, labels))
         source.append(i)
         for name, arr in cols.items():
@@ -184,13 +186,24 @@ def _mask(value, ids: np.ndarray, where: str, name: str) -> np.ndarray:
     return mask.astype(bool)
 
 
-def _column(value: list, n: int, where: str, name: str) -> np.ndarray:
+def _column(value: list, n: int, where: str, name: str, shape: tuple | None) -> np.ndarray:
+    """A per-token column ``(n, *shape)``: ``shape`` is the first good row's per-token shape (None: this is it)."""
     try:
         arr = np.asarray(value)
     except (OverflowError, ValueError) as e:
+        if "inhomogeneous" in str(e):
+            raise BadRow(
+                where, name, "is ragged: its per-token lists differ in length (one [k, ...] list per token, the same "
+                "k for every token of every row)", DROP_FIX.format(name=name),
+            ) from None  # fmt: skip
         raise BadRow(where, name, f"cannot be a numeric array ({e})") from None
     if arr.dtype.kind not in "biuf":
         raise BadRow(where, name, f"mixes types ({arr.dtype}); a per-token column holds numbers or booleans")
     if arr.shape[:1] != (n,):
         raise BadRow(where, name, f"has {arr.shape[0]} values but input_ids has {n}")
+    if shape is not None and arr.shape[1:] != shape:
+        raise BadRow(
+            where, name, f"has per-token shape {list(arr.shape[1:])} but the first good row's is {list(shape)}",
+            "give every row the same per-token shape (pad the short ones) or drop the column",
+        )  # fmt: skip
     return arr

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import IGNORE_INDEX
-from ..files import BadRow, RawInput
+from ..files import BadRow, RawInput, is_nested_numeric, nested_values
 from ._token_rules import (
     DROP_FIX,
     ID_LIMIT,
@@ -132,6 +132,10 @@ def _tokens_from_table(raw: RawInput, *, vocab_size: int | None, skip_bad_rows: 
     for name in table.column_names:
         if name in RESERVED:
             continue
+        if is_nested_numeric(table.schema.field(name).type):
+            _not_produced([name], raw.name)
+            columns[name] = _nested_column(table.column(name).combine_chunks(), name, lengths, raw, flag)
+            continue
         if not _is_list_of_numbers(table.schema.field(name).type):
             values = table.column(name)
             problem = (
@@ -218,7 +222,7 @@ def _aligned(values: np.ndarray, value_lengths: np.ndarray, lengths: np.ndarray)
     dropped as bad rows or replaced by the caller)."""
     if np.array_equal(value_lengths, lengths):
         return values
-    out = np.zeros(int(lengths.sum()), dtype=values.dtype)
+    out = np.zeros((int(lengths.sum()), *values.shape[1:]), dtype=values.dtype)
     ok = (value_lengths == lengths) & (value_lengths > 0)
     src = np.repeat(ok, value_lengths)
     dst = np.repeat(ok, lengths)
@@ -260,3 +264,40 @@ def _flag_no_loss(labels, starts, lengths, gave, raw: RawInput, flag, names) -> 
         raise AssertionError  # pragma: no cover
 
     flag(np.flatnonzero(gave & (count == 0) & (lengths > 0)), make)
+
+
+def _nested_column(col: pa.Array, name: str, lengths: np.ndarray, raw: RawInput, flag) -> np.ndarray:
+    """A per-token column of lists (``[T, k, ...]``: teacher top-k log-probs, ...) laid out like input_ids as
+    ``(T, k, ...)``; rows of another length, or with a token whose item has another shape than the first
+    row's first token (ragged, null, empty), are flagged naming both shapes."""
+    import pyarrow.compute as pc
+
+    col_len = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flag(np.flatnonzero(col_len != lengths), lambda r: _length_error(raw, r, name, col_len[r], lengths[r]))
+    items = pc.list_flatten(col)
+    values, shape, bad = nested_values(items)
+    if values is None:
+        starts = np.concatenate([[0], np.cumsum(col_len)])
+        first_bad = {}
+        for t in np.flatnonzero(bad).tolist():
+            first_bad.setdefault(int(np.searchsorted(starts, t, side="right") - 1), t)
+
+        def make(r):
+            t = first_bad[r]
+            got = nested_values(items.slice(t, 1))[1] if items[t].is_valid else "null"
+            want = "empty" if 0 in shape else f"{list(shape)} (the first row's)"
+            return BadRow(
+                raw.locate(r), name, f"has per-token shape {got if got == 'null' else list(got)} at token "
+                f"{t - int(starts[r])} but every token needs the same non-empty shape, here {want}",
+                "give every token of every row the same [k, ...] shape (pad the short ones) or drop the column",
+            )  # fmt: skip
+
+        flag(np.asarray(sorted(first_bad), dtype=np.int64), make)
+        good = np.ones(col_len.shape[0], dtype=bool)
+        good[list(first_bad)] = False
+        if not good.any() or 0 in shape:
+            return np.zeros((int(lengths.sum()), *[max(k, 1) for k in shape]), dtype=np.float32)
+        col = col.filter(pa.array(good))
+        col_len = np.where(good, col_len, 0)
+        values, _, _ = nested_values(pc.list_flatten(col))
+    return _aligned(values, col_len, lengths)

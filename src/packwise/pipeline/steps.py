@@ -101,6 +101,7 @@ class PieceCounts:
     images_packed: int = 0
     videos_packed: int = 0
     audio_packed: int = 0
+    token_columns: tuple = ()  # ((name, dtype str, per-token shape), ...) of the carried per-token columns
 
     @classmethod
     def of(cls, rows: int, skipped: int, read: Samples, counts: OverflowCounts, kept: Samples) -> PieceCounts:
@@ -117,11 +118,17 @@ class PieceCounts:
             loss_tokens_read=int((read.labels != IGNORE_INDEX).sum()), pad_tokens_removed=read.pad_tokens_removed,
             field_values_dropped=read.field_values_dropped,
             sequences=kept.num_sequences, overflow=counts, media=kept.media is not None, **media,
+            token_columns=tuple((k, v.dtype.str, v.shape[1:]) for k, v in sorted(kept.columns.items())),
         )  # fmt: skip
 
     def __add__(self, other: PieceCounts) -> PieceCounts:
-        values = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.name != "media"}
-        return PieceCounts(**values, media=self.media or other.media)
+        merged = ("media", "token_columns")
+        values = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.name not in merged}
+        return PieceCounts(
+            **values,
+            media=self.media or other.media,
+            token_columns=_merge_columns(self.token_columns, other.token_columns),
+        )
 
     @property
     def samples(self) -> int:
@@ -152,6 +159,22 @@ class PieceCounts:
                 "audio_dropped": oc.audio_dropped,
             }
         return out
+
+
+def _merge_columns(a: tuple, b: tuple) -> tuple:
+    """The per-token columns of two pieces: the same shape per column (else a ``ValueError`` naming the column
+    and both shapes), the dtype both promote to; a piece that kept no sequence adds nothing."""
+    if not a or not b:
+        return a or b
+    both = dict((k, (d, s)) for k, d, s in a)
+    for k, d, s in b:
+        if k in both and both[k][1] != s:
+            raise ValueError(
+                f"per-token column {k!r} has shape {list(both[k][1])} per token in one part of the input and "
+                f"{list(s)} in another; give every row the same per-token shape (pad the short ones) or drop the column"
+            )
+        both[k] = (np.result_type(np.dtype(both[k][0]), np.dtype(d)).str if k in both else d, s)
+    return tuple((k, d, s) for k, (d, s) in sorted(both.items()))
 
 
 def check_rows(name: str, counts: PieceCounts) -> None:
@@ -276,6 +299,7 @@ def build_report(
         alignment=plan.alignment, algorithm_options=dict(options.algorithm_options),
         pad_tokens_removed=counts.pad_tokens_removed, packs_without_loss=packed.packs_without_loss,
         drop_fields=list(options.drop_fields), field_values_dropped=counts.field_values_dropped,
+        token_columns={k: {"dtype": np.dtype(d).name, "shape": list(s)} for k, d, s in counts.token_columns},
     )  # fmt: skip
     report.check()
     return report

@@ -19,7 +19,15 @@ from ...assemble import (
     assemble_pack,
 )
 from ...constants import MediaFamily
-from ...files import check_checksum, check_column_types, packed_files, read_metadata, sha256_file, shard_records
+from ...files import (
+    cell_values,
+    check_checksum,
+    check_column_types,
+    packed_files,
+    read_metadata,
+    sha256_file,
+    shard_records,
+)
 from ...plan import Cost, assign_to_ranks, pack_costs
 
 BASE_COLUMNS = ("input_ids", "labels", "seq_lengths", "source_index")
@@ -151,7 +159,7 @@ class PackedParquetDataset(Dataset):
                 f"and {n_labels} labels; the data was modified — re-run packwise pack"
             )
         flat = {
-            name: np.array(row.column(name)[0].values.to_numpy(zero_copy_only=False))
+            name: cell_values(row.column(name)[0])  # (T,) or (T, k, ...): list<fixed_size_list<...>> columns
             for name in row.column_names
             if name not in ("seq_lengths", "source_index", *IMAGE_COLUMNS, *AUDIO_COLUMNS, *VIDEO_COLUMNS)
         }
@@ -274,9 +282,9 @@ def _check_family(multimodal: dict, expected: MediaFamily | None, path: Path) ->
 
 
 def _flat_ok(flat: dict[str, np.ndarray]) -> bool:
-    """Whether a row's columns are what :meth:`PackedSequence.from_flat` takes: numeric ``(T,)`` columns, none
+    """Whether a row's columns are what :meth:`PackedSequence.from_flat` takes: numeric ``(T, ...)`` columns, none
     in :data:`_NOT_FLAT`."""
-    return all(v.ndim == 1 and v.dtype.kind in "biuf" for v in flat.values()) and not _NOT_FLAT & set(flat)
+    return all(v.ndim >= 1 and v.dtype.kind in "biuf" for v in flat.values()) and not _NOT_FLAT & set(flat)
 
 
 class DistributedPackSampler(Sampler[int]):

@@ -245,8 +245,8 @@ def _write_group(job: WriteJob, spill, g: int):
         offsets = job.offsets
     parts = read_parts(spill, g)
 
-    def cat(values: list, dtype: str) -> np.ndarray:
-        return np.concatenate([np.zeros(0, dtype), *values])
+    def cat(values: list, dtype: str) -> np.ndarray:  # per-token columns may be (T, k, ...): keep the trailing shape
+        return np.concatenate([np.zeros((0, *values[0].shape[1:]) if values else 0, dtype), *values])
 
     lengths = cat([p.lengths for p, _, _ in parts], "int64")
     seq_offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
