@@ -7,6 +7,7 @@ from typing import cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..constants import IGNORE_INDEX
 from ..files import BadRow, RawInput, is_nested_numeric, nested_values
@@ -270,15 +271,13 @@ def _nested_column(col: pa.Array, name: str, lengths: np.ndarray, raw: RawInput,
     """A per-token column of lists (``[T, k, ...]``: teacher top-k log-probs, ...) laid out like input_ids as
     ``(T, k, ...)``; rows of another length, or with a token whose item has another shape than the first
     row's first token (ragged, null, empty), are flagged naming both shapes."""
-    import pyarrow.compute as pc
-
     col_len = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     flag(np.flatnonzero(col_len != lengths), lambda r: _length_error(raw, r, name, col_len[r], lengths[r]))
     items = pc.list_flatten(col)
     values, shape, bad = nested_values(items)
     if values is None:
         starts = np.concatenate([[0], np.cumsum(col_len)])
-        first_bad = {}
+        first_bad: dict[int, int] = {}  # row -> its first bad token
         for t in np.flatnonzero(bad).tolist():
             first_bad.setdefault(int(np.searchsorted(starts, t, side="right") - 1), t)
 
@@ -300,4 +299,4 @@ def _nested_column(col: pa.Array, name: str, lengths: np.ndarray, raw: RawInput,
         col = col.filter(pa.array(good))
         col_len = np.where(good, col_len, 0)
         values, _, _ = nested_values(pc.list_flatten(col))
-    return _aligned(values, col_len, lengths)
+    return _aligned(cast(np.ndarray, values), col_len, lengths)  # the bad rows are filtered out: values are set
