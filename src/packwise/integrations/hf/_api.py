@@ -258,15 +258,16 @@ def _check_pruned(trainer) -> None:
             f"({', '.join(sorted({type(d).__name__ for d in sets if d is not None and _has_seq_lengths(d) is None}))}) "
             "cannot be inspected, so PackedDataCollator cannot tell whether the rows were packs: a pack would "
             "reach the model as ONE document. Fix: call packwise.hf.use_packed_attention(model) before building "
-            "the Trainer (the patched forward accepts seq_lengths), or pass "
-            "TrainingArguments(remove_unused_columns=False)"
+            "the Trainer (the patched forward accepts seq_lengths); TrainingArguments(remove_unused_columns=False) "
+            "keeps the column too, but an unpatched model isolates documents only under flash_attention_2"
         )
     if True in seen:
         raise ValueError(
             f"{type(trainer).__name__} removed the 'seq_lengths' column (remove_unused_columns=True keeps only "
             f"{type(trainer.model).__name__}.forward's parameters), so PackedDataCollator would merge every pack into "
             "ONE document. Fix: call packwise.hf.use_packed_attention(model) before building the Trainer (the patched "
-            "forward accepts seq_lengths), or pass TrainingArguments(remove_unused_columns=False)"
+            "forward accepts seq_lengths); TrainingArguments(remove_unused_columns=False) keeps the column too, but "
+            "an unpatched model isolates documents only under flash_attention_2"
         )
 
 
