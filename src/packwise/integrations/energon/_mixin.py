@@ -194,6 +194,7 @@ class PackwiseTaskEncoderMixin:
     def _fields(self, sample) -> dict:
         names = (*self._token_names(), *MEDIA_KEYS)
         fields = {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+        _refuse_uncarried(sample, fields, known=(*names, *TRL_MASKS))
         masks = {f: _tensor(v) for f in TRL_MASKS if (v := getattr(sample, f, None)) is not None}
         if masks:  # TRL's loss masks are the loss mask, as pack_dataset and PackedDataCollator read them
             fields = trl_loss_mask(fields, masks, where=f"sample {sample.__key__!r}")
@@ -267,6 +268,13 @@ class PackwiseTaskEncoderMixin:
         limit = self._limit()
         counts = self.packing_counts
         counts["buffers"] += 1
+        missing = [c for c in self.packing_columns if all(getattr(s, c, None) is None for s in samples)]
+        if missing and samples:
+            raise ValueError(
+                f"packing_columns names {missing[0]!r} but none of the {len(samples)} samples of the buffer "
+                f"carries it (a {type(samples[0]).__name__} has "
+                f"{sorted(k for k in vars(samples[0]) if k[:1] != '_')}); fix the name in packing_columns"
+            )
         groups: dict[Hashable, list[tuple[int, int]]] = {}
         alone, riders = [], []
         for i, s in enumerate(samples):
@@ -396,6 +404,19 @@ class PackwiseTaskEncoderMixin:
         batch["packing_counts"] = {k: sum(s.packing_counts[k] for s in samples) for k in zero_counts()}
         batch["__restore_key__"] = ()
         return batch
+
+
+def _refuse_uncarried(sample, fields: dict, *, known: tuple) -> None:
+    """Refuse a per-token tensor field (``(T, ...)``, T = len(input_ids)) that no packwise name carries."""
+    n = len(fields["input_ids"]) if "input_ids" in fields else None
+    for name, value in vars(sample).items():
+        shape = getattr(value, "shape", None)
+        if name.startswith("_") or name in known or not shape or n is None or shape[0] != n:
+            continue
+        raise ValueError(
+            f"sample {sample.__key__!r} ({type(sample).__name__}) carries a per-token field {name!r} of shape "
+            f"{tuple(shape)} that would not reach the packs; add it to packing_columns=({name!r},) to carry it"
+        )
 
 
 def _tensor(value) -> torch.Tensor:
