@@ -51,7 +51,7 @@ import torch
 from megatron.energon import Sample, stateless
 from megatron.energon.errors import FatalSampleError
 
-from ...assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
+from ...assemble import MEDIA_KEYS, PackedSequence, as_int, assemble_pack, collate_packs
 from ...pipeline import TRL_MASKS, cut_points
 from ...plan import plan_packs
 from ._overflow import (
@@ -156,6 +156,9 @@ class PackwiseTaskEncoderMixin:
 
     def _length(self, sample, fields: dict | None = None) -> int:
         """``packing_length(sample)``, checked against the tokens the pack will hold."""
+        if getattr(sample, "input_ids", None) is None:
+            raise ValueError(f"sample {getattr(sample, '__key__', None)!r} ({type(sample).__name__}) has no field "
+                             "'input_ids'; preencode_sample must return a sample with input_ids")  # fmt: skip
         reported = int(self.packing_length(sample))
         ids = fields["input_ids"] if fields is not None else _tensor(sample.input_ids)
         real = int(ids.numel())
@@ -179,8 +182,10 @@ class PackwiseTaskEncoderMixin:
 
     def _limit(self) -> int:
         capacity, a, policy = self._settings()
-        if not capacity:
-            raise ValueError(f"{type(self).__name__}.packing_capacity is not set (tokens per pack)")
+        c = as_int(capacity)  # numpy ints are ints; bools, floats and strings are not
+        if c is None or c < 1:
+            raise ValueError(f"{type(self).__name__}.packing_capacity={capacity!r} ({type(capacity).__name__}): "
+                             "must be an integer >= 1 (tokens per pack); set it in the subclass")  # fmt: skip
         if policy not in ("truncate", "split", "drop", "error"):
             raise ValueError(f"{type(self).__name__}.packing_overflow={policy!r}; use truncate, split, drop or error")
         limit = capacity // a * a
@@ -398,6 +403,14 @@ class PackwiseTaskEncoderMixin:
     def batch(self, samples: Sequence[PackedSample]) -> dict:
         """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``, the
         packs' ``packing_counts`` (summed) and ``__restore_key__`` (for ``loader.restore_sample``)."""
+        if not samples:
+            capacity, _, policy = self._settings()
+            raise ValueError(
+                f"packwise batch got no packs: the buffer was empty, or every sample of it was dropped by "
+                f"packing_overflow={policy!r} at packing_capacity {capacity} "
+                f"({self.packing_counts['samples_dropped']} dropped so far, see packing_counts); raise "
+                "packing_capacity or use packing_overflow='truncate' or 'split'"
+            )
         batch = collate_packs([s.pack for s in samples], **self._packwise()["collate"])
         batch["keys"] = [s.keys for s in samples]
         batch["pack_restore_keys"] = [s.__restore_key__ for s in samples]
