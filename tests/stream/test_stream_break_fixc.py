@@ -23,3 +23,23 @@ def test_drop_last_batch_refuses_a_whole_dropped_epoch():
                                          r"fewer than batch_size 100; use batch_size <= 5"):  # fmt: skip
         list(loader)
     assert loader.stats["packs_dropped_last_batch"] == 5
+
+
+def test_an_empty_source_is_refused_at_the_end_of_the_epoch():
+    with pytest.raises(ValueError, match=r"PackingStream epoch 0: the source yielded no samples"):
+        list(PackingStream([], capacity=8, buffer_size=1))
+    once = iter(ROWS)
+    stream = PackingStream(lambda: once, capacity=8, buffer_size=8)
+    assert len(list(stream)) == 6  # (a plain iterable: the windows start at a seeded phase)
+    with pytest.raises(ValueError, match=r"yielded no samples \(an empty dataset, or a one-shot iterator"):
+        list(stream)
+
+
+def test_a_state_from_another_dataset_is_refused():
+    loader = PackingLoader(PackingStream(ROWS, capacity=8, buffer_size=4), batch_size=1)
+    next(iter(loader))
+    state = loader.state_dict()
+    assert state["source"] == {"samples": 8}
+    other = PackingLoader(PackingStream(ROWS[:6], capacity=8, buffer_size=4), batch_size=1)
+    with pytest.raises(ValueError, match=r"saved over a source of 8 samples but this stream's source has 6"):
+        other.load_state_dict(state)

@@ -45,33 +45,6 @@ def check_int(value, option: str) -> None:
         )
 
 
-def check_pad_token_id(value, vocab_size: int | None = None) -> None:
-    """Refuse a ``pad_token_id`` that is no token id: not an int64 integer, negative (input ids of -1 are refused,
-    so padding of -1 would be too), or ``>= vocab_size`` when the vocabulary size is given (an embedding lookup
-    out of range).
-
-    Example:
-        >>> check_pad_token_id(-1)
-        Traceback (most recent call last):
-        ...
-        ValueError: pad_token_id=-1 is negative; padding is a token id >= 0 (the tokenizer's pad_token_id, or 0)
-        >>> check_pad_token_id(500, 100)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: pad_token_id=500 is outside the vocabulary [0, 100); ...
-    """
-    check_int(value, "pad_token_id")
-    if value < 0:
-        raise ValueError(
-            f"pad_token_id={value} is negative; padding is a token id >= 0 (the tokenizer's pad_token_id, or 0)"
-        )
-    if vocab_size is not None and value >= vocab_size:
-        raise ValueError(
-            f"pad_token_id={value} is outside the vocabulary [0, {vocab_size}); give a token id below vocab_size (the "
-            "tokenizer's pad_token_id, or 0)"
-        )
-
-
 def check_tokens(value, option: str) -> None:
     """Refuse an integer size option (``pad_to``, ``alignment``, ``pad_to_multiple_of``) above
     :data:`MAX_TOKENS`, before any buffer is sized by it (a raw ``MemoryError`` or overflow names none).
@@ -196,13 +169,11 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
         )
 
 
-def check_options(
-    *, pad_token_id, label_pad_id, position_offset, pad_values, pad_to=None, alignment=1, vocab_size=None
-) -> dict:
+def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values, pad_to=None, alignment=1) -> dict:
     """Every option check of ``assemble_pack`` (the fused path runs the same): the checked ``pad_values``."""
     check_tokens(pad_to, "pad_to")
     check_tokens(alignment, "alignment")
-    check_pad_token_id(pad_token_id, vocab_size)
+    check_int(pad_token_id, "pad_token_id")
     check_int(label_pad_id, "label_pad_id")
     if label_pad_id >= 0:  # a token id: boundary and alignment labels would become targets
         raise ValueError(
@@ -219,7 +190,7 @@ _LOW, _HIGH = _INT64
 
 def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bool:
     """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64
-    (``position_offset`` in ``[0, MAX_TOKENS]``, ``pad_token_id >= 0``), a negative ``label_pad_id``, no ``pad_values`` — decided in a
+    (``position_offset`` in ``[0, MAX_TOKENS]``), a negative ``label_pad_id``, no ``pad_values`` — decided in a
     few comparisons (the fused path's per-batch fast check; anything else goes through :func:`check_options`).
 
     Example:
@@ -231,7 +202,7 @@ def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bo
         and type(pad_token_id) is int
         and type(label_pad_id) is int
         and type(position_offset) is int
-        and 0 <= pad_token_id <= _HIGH
+        and _LOW <= pad_token_id <= _HIGH
         and _LOW <= label_pad_id < 0
         and 0 <= position_offset <= MAX_TOKENS
     )
