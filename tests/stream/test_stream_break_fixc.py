@@ -29,7 +29,7 @@ def test_an_empty_source_is_refused_at_the_end_of_the_epoch():
     with pytest.raises(ValueError, match=r"PackingStream epoch 0: the source yielded no samples"):
         list(PackingStream([], capacity=8, buffer_size=1))
     once = iter(ROWS)
-    stream = PackingStream(lambda: once, capacity=8, buffer_size=8)
+    stream = PackingStream(lambda: (r for r in once), capacity=8, buffer_size=8)  # epoch 2 reads nothing
     assert len(list(stream)) == 6  # (a plain iterable: the windows start at a seeded phase)
     with pytest.raises(ValueError, match=r"yielded no samples \(an empty dataset, or a one-shot iterator"):
         list(stream)
