@@ -87,12 +87,12 @@ def test_parquet_rows_take_the_flat_path_and_match_the_sequence_path(tmp_path, w
     result is what ``assemble_pack`` gives on the split sequences."""
     rows = [{"input_ids": list(range(1, n + 1)), "mirror": [-t for t in range(1, n + 1)]} for n in (5, 3, 7, 2, 6, 1)]
     out = tmp_path / "out"
-    assert main(["pack", str(write_jsonl(rows)), "-o", str(out), "--capacity", "8", "-q"]) == 0
+    assert main(["pack", str(write_jsonl(rows)), "-o", str(out), "--capacity", "10", "--alignment", "2", "-q"]) == 0
     calls = []
     import packwise.integrations.pytorch._data as td
 
     monkeypatch.setattr(td, "assemble_pack", lambda *a, **k: calls.append(1) or assemble_pack(*a, **k))
-    ds = PackedParquetDataset(out, alignment=2, pad_to=10)
+    ds = PackedParquetDataset(out, alignment=2, pad_to=10)  # within the recorded capacity 10
     for i in range(len(ds)):
         pack = ds[i]
         lengths = pack.cu_seqlens.diff().tolist()

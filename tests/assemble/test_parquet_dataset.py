@@ -12,7 +12,7 @@ from packwise.data import PackedParquetDataset
 X = -100
 
 
-def _packed(tmp_path, write_jsonl):
+def _packed(tmp_path, write_jsonl, capacity=8):
     rows = [
         {"input_ids": list(range(1, n + 1)), "mirror": [-t for t in range(1, n + 1)]} for n in (5, 3, 7, 2, 6, 1, 4, 4)
     ]
@@ -24,7 +24,7 @@ def _packed(tmp_path, write_jsonl):
                 "-o",
                 str(tmp_path / "out"),
                 "--capacity",
-                "8",
+                str(capacity),
                 "--packs-per-shard",
                 "2",
                 "-q",
@@ -59,8 +59,9 @@ def test_dataloader_with_workers(tmp_path, write_jsonl):
 
 
 def test_alignment_at_load_time(tmp_path, write_jsonl):
-    ds = PackedParquetDataset(_packed(tmp_path, write_jsonl), alignment=4)
-    assert ds[0].cu_seqlens_padded.tolist() == [0, 8, 12]
+    ds = PackedParquetDataset(_packed(tmp_path, write_jsonl, capacity=64), alignment=4)
+    assert ds[0].cu_seqlens_padded.tolist() == [0, 8, 16, 24, 28, 32, 36, 40, 44]  # 7 6 5 4 4 3 2 1, each to 4
+    # (at capacity 8, alignment=4 would make the pack 5 + 3 12 tokens: refused, tests/assemble/test_parquet_break_fixc)
 
 
 def test_modified_directories_are_refused(tmp_path, write_jsonl):

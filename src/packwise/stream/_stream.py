@@ -177,14 +177,19 @@ class PackingStream(IterableDataset, SampleRules):
         self._next = (0, 0)
 
     def state_dict(self) -> dict:
-        """``{"epoch", "window", "pack", "settings"}``: where iteration continues (plain values; JSON-safe).
+        """``{"epoch", "window", "pack", "settings", "source"}``: where iteration continues (plain values).
         ``settings`` records what decides the packs (capacity, buffer_size, seed, ...): a load into a stream
         with other settings is refused."""
         pos = {"version": 1, "epoch": self.epoch, "window": self._next[0], "pack": self._next[1]}
-        return {**pos, "settings": self._settings()}
+        return {**pos, "settings": self._settings(), "source": self._source_print()}
 
     def _settings(self) -> dict:
         return settings_of(self)
+
+    def _source_print(self) -> dict:
+        """What a state records of the source: its number of samples when it has a length (else nothing)."""
+        n = self._map_size()
+        return {} if n is None else {"samples": n}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Continue from a :meth:`state_dict` (same source, settings and seed).
@@ -199,6 +204,13 @@ class PackingStream(IterableDataset, SampleRules):
         if min(epoch, window, pack) < 0:
             raise ValueError(f"not a PackingStream state: {state!r} (epoch, window and pack must be >= 0)")
         check_settings(state, self._settings())
+        saved, now = state.get("source") or {}, self._source_print()
+        if "samples" in saved and "samples" in now and saved["samples"] != now["samples"]:
+            raise ValueError(
+                f"the restored state was saved over a source of {saved['samples']} samples but this stream's source "
+                f"has {now['samples']}; the state is from another dataset — restore the matching state or start "
+                "the epoch with set_epoch"
+            )
         n = self._map_size()
         if n is not None:
             self._check_position(state, window, pack, -(-n // self.buffer_size), f"{n} samples")
@@ -279,6 +291,11 @@ class PackingStream(IterableDataset, SampleRules):
                 raise
             del flat, packs, left, samples, position  # not kept while the next window is read
             self._next = (window + 1, 0)
+        if (self._seen is not None and self._seen[1] == 0) or self._map_size() == 0:
+            raise ValueError(
+                f"PackingStream epoch {self.epoch}: the source yielded no samples (an empty dataset, or a one-shot "
+                "iterator already consumed); pass a non-empty source, or a callable that returns a fresh iterable"
+            )
         if self._seen is not None and (start_window, start_pack) != (0, 0):  # a plain iterable: its size is now known
             state = {"epoch": self.epoch, "window": start_window, "pack": start_pack}
             windows, samples = self._seen

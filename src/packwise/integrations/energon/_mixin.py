@@ -52,7 +52,7 @@ import torch
 from megatron.energon import Sample, stateless
 from megatron.energon.errors import FatalSampleError
 
-from ...assemble import MEDIA_KEYS, PackedSequence, assemble_pack, collate_packs
+from ...assemble import MEDIA_KEYS, PackedSequence, as_int, assemble_pack, collate_packs
 from ...pipeline import TRL_MASKS, Overflow, cut_points
 from ...plan import plan_packs
 from ._overflow import (
@@ -157,6 +157,9 @@ class PackwiseTaskEncoderMixin:
 
     def _length(self, sample, fields: dict | None = None) -> int:
         """``packing_length(sample)``, checked against the tokens the pack will hold."""
+        if getattr(sample, "input_ids", None) is None:
+            raise ValueError(f"sample {getattr(sample, '__key__', None)!r} ({type(sample).__name__}) has no field "
+                             "'input_ids'; preencode_sample must return a sample with input_ids")  # fmt: skip
         reported = int(self.packing_length(sample))
         ids = fields["input_ids"] if fields is not None else _tensor(sample.input_ids)
         real = int(ids.numel())
@@ -180,8 +183,10 @@ class PackwiseTaskEncoderMixin:
 
     def _limit(self) -> int:
         capacity, a, policy = self._settings()
-        if not capacity:
-            raise ValueError(f"{type(self).__name__}.packing_capacity is not set (tokens per pack)")
+        c = as_int(capacity)  # numpy ints are ints; bools, floats and strings are not
+        if c is None or c < 1:
+            raise ValueError(f"{type(self).__name__}.packing_capacity={capacity!r} ({type(capacity).__name__}): "
+                             "must be an integer >= 1 (tokens per pack); set it in the subclass")  # fmt: skip
         if policy not in ("truncate", "split", "drop", "error"):
             raise ValueError(f"{type(self).__name__}.packing_overflow={policy!r}; use truncate, split, drop or error")
         limit = capacity // a * a
@@ -195,6 +200,7 @@ class PackwiseTaskEncoderMixin:
     def _fields(self, sample) -> dict:
         names = (*self._token_names(), *MEDIA_KEYS)
         fields = {f: _tensor(v) for f in names if (v := getattr(sample, f, None)) is not None}
+        _refuse_uncarried(sample, fields, known=(*names, *TRL_MASKS))
         masks = {f: _tensor(v) for f in TRL_MASKS if (v := getattr(sample, f, None)) is not None}
         if masks:  # TRL's loss masks are the loss mask, as pack_dataset and PackedDataCollator read them
             fields = trl_loss_mask(fields, masks, where=f"sample {sample.__key__!r}")
@@ -268,6 +274,13 @@ class PackwiseTaskEncoderMixin:
         limit = self._limit()
         counts = self.packing_counts
         counts["buffers"] += 1
+        missing = [c for c in self.packing_columns if all(getattr(s, c, None) is None for s in samples)]
+        if missing and samples:
+            raise ValueError(
+                f"packing_columns names {missing[0]!r} but none of the {len(samples)} samples of the buffer "
+                f"carries it (a {type(samples[0]).__name__} has "
+                f"{sorted(k for k in vars(samples[0]) if k[:1] != '_')}); fix the name in packing_columns"
+            )
         groups: dict[Hashable, list[tuple[int, int]]] = {}
         alone, riders = [], []
         for i, s in enumerate(samples):
@@ -391,12 +404,33 @@ class PackwiseTaskEncoderMixin:
     def batch(self, samples: Sequence[PackedSample]) -> dict:
         """A ``layout="thd"`` batch (:func:`packwise.assemble.collate_packs`) plus the member ``keys``, the
         packs' ``packing_counts`` (summed) and ``__restore_key__`` (for ``loader.restore_sample``)."""
+        if not samples:
+            capacity, _, policy = self._settings()
+            raise ValueError(
+                f"packwise batch got no packs: the buffer was empty, or every sample of it was dropped by "
+                f"packing_overflow={policy!r} at packing_capacity {capacity} "
+                f"({self.packing_counts['samples_dropped']} dropped so far, see packing_counts); raise "
+                "packing_capacity or use packing_overflow='truncate' or 'split'"
+            )
         batch: dict[str, Any] = dict(collate_packs([s.pack for s in samples], **self._packwise()["collate"]))
         batch["keys"] = [s.keys for s in samples]
         batch["pack_restore_keys"] = [s.__restore_key__ for s in samples]
         batch["packing_counts"] = {k: sum(s.packing_counts[k] for s in samples) for k in zero_counts()}
         batch["__restore_key__"] = ()
         return batch
+
+
+def _refuse_uncarried(sample, fields: dict, *, known: tuple) -> None:
+    """Refuse a per-token tensor field (``(T, ...)``, T = len(input_ids)) that no packwise name carries."""
+    n = len(fields["input_ids"]) if "input_ids" in fields else None
+    for name, value in vars(sample).items():
+        shape = getattr(value, "shape", None)
+        if name.startswith("_") or name in known or not shape or n is None or shape[0] != n:
+            continue
+        raise ValueError(
+            f"sample {sample.__key__!r} ({type(sample).__name__}) carries a per-token field {name!r} of shape "
+            f"{tuple(shape)} that would not reach the packs; add it to packing_columns=({name!r},) to carry it"
+        )
 
 
 def _tensor(value) -> torch.Tensor:

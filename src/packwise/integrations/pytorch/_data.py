@@ -104,6 +104,8 @@ class PackedParquetDataset(Dataset):
         self.alignment, self.pad_to, self.pad_token_id = alignment, pad_to, pad_token_id
         self._open: dict[int, pq.ParquetFile] = {}
         self._cache: tuple[int, int, int, pa.Table] | None = None  # (file, group start, group end, table)
+        if alignment != 1 or pad_to is not None:
+            _check_fits(self, alignment, pad_to)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -114,6 +116,11 @@ class PackedParquetDataset(Dataset):
         return state
 
     def _row(self, index: int):
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(
+                f"PackedParquetDataset index must be an integer in [-{len(self)}, {len(self)}) (a pack), got "
+                f"{index!r} ({type(index).__name__})"
+            )
         if not -len(self) <= index < len(self):
             raise IndexError(f"pack {index} out of range for {len(self)} packs")
         index %= len(self)
@@ -262,6 +269,25 @@ class PackedParquetDataset(Dataset):
 
 #: Columns ``assemble_pack`` reads as loss masks, positions or media: a row with one takes the per-sequence path.
 _NOT_FLAT = frozenset(RESERVED) - {"input_ids", "labels"}
+
+
+def _check_fits(ds: PackedParquetDataset, alignment: int, pad_to: int | None) -> None:
+    """Load-time ``alignment`` / ``pad_to`` must keep every pack within the capacity metadata.json records."""
+    capacity, written = ds.metadata.get("capacity"), ds.metadata.get("alignment", 1)
+    if capacity is None:
+        return
+    where = f"{ds.path} was packed at capacity {capacity} (alignment {written})"
+    if pad_to is not None and pad_to > capacity:
+        raise ValueError(f"pad_to={pad_to} > the recorded capacity {capacity}: {where}; use pad_to <= {capacity}")
+    if isinstance(alignment, int) and alignment > 1:
+        for i, lengths in enumerate(ds.pack_seq_lengths()):
+            total = int((-(-lengths // alignment) * alignment).sum())
+            if total > capacity:
+                raise ValueError(
+                    f"alignment={alignment} makes pack {i} (sequences {lengths.tolist()}) {total} tokens > the "
+                    f"recorded capacity {capacity}: {where}; load with alignment={written}, or re-run packwise "
+                    f"pack --alignment {alignment}"
+                )
 
 
 def _check_family(multimodal: dict, expected: MediaFamily | None, path: Path) -> None:
