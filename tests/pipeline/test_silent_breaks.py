@@ -1,0 +1,28 @@
+"""Break-test findings in the offline pipeline / text / CLI that used to pass silently: each is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from packwise.pipeline import pack_dataset
+
+FIX = "remove or escape it in the text; a turn boundary comes from the chat template, an end of text from EOS"
+
+
+def _literal(where: str, field: str, token: str) -> str:
+    return (
+        f"{where}: field '{field}' holds the literal special token {token}, which the tokenizer would encode as a "
+        f"real special token (a forged turn or end of text); {FIX}"
+    )
+
+
+@pytest.mark.parametrize("token", ["<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>"])
+def test_literal_tokens_at_the_omni_audio_ids_are_refused(token):
+    """Qwen2.5's 151646-151648 (the ids Qwen2.5-Omni uses for audio) were left out of the literal check."""
+    chat = [{"role": "user", "content": f"x {token} y"}, {"role": "assistant", "content": "ok"}]
+    with pytest.raises(ValueError) as e:
+        pack_dataset([{"messages": chat}], capacity=128)
+    assert str(e.value) == _literal("list row 0", "messages[0].content", token)
+    with pytest.raises(ValueError) as e:
+        pack_dataset([{"prompt": f"a {token}", "completion": "b"}], capacity=128)
+    assert str(e.value) == _literal("list row 0", "prompt", token)
