@@ -26,3 +26,19 @@ def test_literal_tokens_at_the_omni_audio_ids_are_refused(token):
     with pytest.raises(ValueError) as e:
         pack_dataset([{"prompt": f"a {token}", "completion": "b"}], capacity=128)
     assert str(e.value) == _literal("list row 0", "prompt", token)
+
+
+def test_loss_on_all_over_carried_labels_is_refused():
+    """loss_on='all' on rows with labels used to keep the labels' masks and report loss_on='labels'."""
+    msg = (
+        "list row 0: rows carry {0}; loss_on='all' (--loss-on all) would ignore them — drop the {0} column "
+        "(drop_fields / --drop-field) or the flag"
+    )
+    with pytest.raises(ValueError) as e:
+        pack_dataset([{"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4]}], capacity=16, loss_on="all")
+    assert str(e.value) == msg.format("labels")
+    with pytest.raises(ValueError) as e:
+        pack_dataset([{"input_ids": [1, 2], "loss_mask": [0, 1]}], capacity=16, loss_on="all")
+    assert str(e.value) == msg.format("loss_mask")
+    _, report = pack_dataset([{"input_ids": [1, 2, 3, 4]}], capacity=16, loss_on="all")  # ids only: all is true
+    assert report.loss_on == "all"
