@@ -42,3 +42,19 @@ def test_loss_on_all_over_carried_labels_is_refused():
     assert str(e.value) == msg.format("loss_mask")
     _, report = pack_dataset([{"input_ids": [1, 2, 3, 4]}], capacity=16, loss_on="all")  # ids only: all is true
     assert report.loss_on == "all"
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_skip_bad_rows_must_be_a_bool(value):
+    """skip_bad_rows='no' used to be truthy, so bad rows were skipped."""
+    from packwise.pipeline import PackOptions
+
+    with pytest.raises(TypeError) as e:
+        pack_dataset([{"input_ids": [1, 2]}], capacity=16, skip_bad_rows=value)
+    assert str(e.value) == (
+        f"skip_bad_rows must be True or False, got {value!r} ({type(value).__name__}); pass a bool "
+        "(--skip-bad-rows on the command line)"
+    )
+    with pytest.raises(TypeError, match="skip_bad_rows must be True or False"):
+        PackOptions(skip_bad_rows=value)
+    assert PackOptions(skip_bad_rows=True).skip_bad_rows is True
