@@ -107,9 +107,9 @@ class PackOptions:
             )
         if isinstance(alignment, bool) or not isinstance(alignment, int) or not 1 <= alignment <= capacity:
             raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
-        if not isinstance(self.skip_bad_rows, (bool, np.bool_)):  # "no" is truthy: never read a string as True
+        if not isinstance(skip := self.skip_bad_rows, (bool, np.bool_)):  # "no" is truthy: never read it as True
             raise TypeError(
-                f"skip_bad_rows must be True or False, got {self.skip_bad_rows!r} ({type(self.skip_bad_rows).__name__}); "
+                f"skip_bad_rows must be True or False, got {skip!r} ({type(skip).__name__}); "
                 "pass a bool (--skip-bad-rows on the command line)"
             )
         object.__setattr__(self, "skip_bad_rows", bool(self.skip_bad_rows))
