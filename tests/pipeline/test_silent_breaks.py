@@ -58,3 +58,25 @@ def test_skip_bad_rows_must_be_a_bool(value):
     with pytest.raises(TypeError, match="skip_bad_rows must be True or False"):
         PackOptions(skip_bad_rows=value)
     assert PackOptions(skip_bad_rows=True).skip_bad_rows is True
+
+
+def test_parquet_folder_with_a_jsonl_beside_is_refused(tmp_path, capsys):
+    """`packwise pack DIR` with a.parquet and b.jsonl used to exit 0 without b.jsonl's rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packwise.cli import main
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3]]}), folder / "a.parquet")
+    (folder / "b.jsonl").write_text('{"input_ids": [4, 5]}\n')
+    (folder / "README.md").write_text("not data\n")
+    assert main(["pack", str(folder), "-o", str(tmp_path / "out"), "--capacity", "8", "--no-report"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: input {folder}: b.jsonl is a data file of another format beside the *.parquet files, whose rows "
+        "would not be read; packwise reads one format per folder — move them into their own folder (or convert "
+        "them to Parquet)"
+    )
+    (folder / "b.jsonl").unlink()
+    assert pack_dataset(str(folder), capacity=8)[1].rows_read == 1
