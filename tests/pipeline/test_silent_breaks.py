@@ -80,3 +80,15 @@ def test_parquet_folder_with_a_jsonl_beside_is_refused(tmp_path, capsys):
     )
     (folder / "b.jsonl").unlink()
     assert pack_dataset(str(folder), capacity=8)[1].rows_read == 1
+
+
+def test_a_seed_the_algorithm_does_not_read_is_refused():
+    from packwise.pipeline import PackOptions
+
+    with pytest.raises(ValueError) as e:
+        pack_dataset([{"input_ids": [1, 2]}], capacity=16, seed=3)
+    assert str(e.value) == (
+        "seed=3 is not read by algorithm 'best_fit_decreasing', which is deterministic; only first_fit_shuffle "
+        "reads a seed — drop the seed (--seed) or pick that algorithm"
+    )
+    assert PackOptions(algorithm="ffs", seed=3).seed == 3

@@ -91,7 +91,7 @@ class PackOptions:
     def __post_init__(self) -> None:
         # check_algorithm_options is plan/'s own check of **algorithm_options (private: plan/ exports only
         # planners; this is the one place above plan/ that validates options without planning).
-        from ..plan import MAX_CAPACITY, check_algorithm_options, resolve_algorithm
+        from ..plan import MAX_CAPACITY, RANDOMIZED, check_algorithm_options, resolve_algorithm
 
         for name in ("capacity", "alignment", "seed", "max_sequences_per_pack", "min_packs", "pack_count_multiple"):
             value = getattr(self, name)  # numpy integers (np.int64 from an array) are integers: store plain ints
@@ -123,6 +123,12 @@ class PackOptions:
             raise TypeError(f"seed must be an integer or None, got {self.seed!r}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}; pass --seed 0 or any non-negative integer")
+        if self.seed is not None and resolve_algorithm(self.algorithm) not in RANDOMIZED:
+            raise ValueError(
+                f"seed={self.seed} is not read by algorithm {resolve_algorithm(self.algorithm)!r}, which is "
+                f"deterministic; only {', '.join(sorted(RANDOMIZED))} reads a seed — drop the seed (--seed) or "
+                "pick that algorithm"
+            )
         _int_at_least("max_sequences_per_pack", self.max_sequences_per_pack, 1)
         _int_at_least("min_packs", self.min_packs, 0)
         _int_at_least("pack_count_multiple", self.pack_count_multiple, 1)
