@@ -92,3 +92,34 @@ def test_a_seed_the_algorithm_does_not_read_is_refused():
         "reads a seed — drop the seed (--seed) or pick that algorithm"
     )
     assert PackOptions(algorithm="ffs", seed=3).seed == 3
+
+
+def test_options_the_input_never_reads_are_refused(tmp_path, capsys):
+    from packwise.cli import main
+
+    rows = [{"input_ids": [1, 2, 3], "id": "a"}]
+    with pytest.raises(ValueError) as e:
+        pack_dataset(rows, capacity=16, drop_fields=["idd", "id"])
+    assert str(e.value) == (
+        "drop_fields names 'idd', which no row of list carries; fix the name or drop it from drop_fields (--drop-field)"
+    )
+    assert pack_dataset(rows, capacity=16, drop_fields=["id"])[1].field_values_dropped == 1
+    with pytest.raises(ValueError) as e:
+        pack_dataset(rows, capacity=16, chat_template="chatml")
+    assert str(e.value) == (
+        "chat_template is set but list holds pre-tokenized input_ids rows, which no template renders; drop "
+        "chat_template (--chat-template)"
+    )
+    with pytest.raises(ValueError) as e:
+        pack_dataset(rows, capacity=16, format="jsonl")
+    assert str(e.value) == (
+        "format='jsonl' is read only for a path (which file reader to use); the input is an in-memory list — drop "
+        "format (--format)"
+    )
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"input_ids": [1, 2, 3]}\n')
+    assert main(["pack", str(data), "-o", str(tmp_path / "o"), "--capacity", "8", "--drop-field", "meta"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: drop_fields names 'meta', which no row of {data} carries; fix the name or drop it from drop_fields "
+        "(--drop-field)"
+    )

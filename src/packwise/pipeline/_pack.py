@@ -42,7 +42,29 @@ def _as_input(data, format: Format | None, skip_bad_rows: bool) -> RawInput:  # 
         return _as_input(data(), format, skip_bad_rows)
     if isinstance(data, (str, os.PathLike)):
         return read_input(data, format=format, skip_bad_rows=skip_bad_rows)
+    if format is not None:
+        raise ValueError(
+            f"format={format!r} is read only for a path (which file reader to use); the input is an in-memory "
+            f"{type(data).__name__} — drop format (--format)"
+        )
     return from_rows(data, name=type(data).__name__)
+
+
+def _check_read_options(raw: RawInput, opts: PackOptions) -> None:
+    """Refuse options the input never reads: a chat template on pre-tokenized rows, a dropped field no row holds."""
+    if opts.chat_template is not None and raw.kind == "tokens":
+        raise ValueError(
+            f"chat_template is set but {raw.name} holds pre-tokenized input_ids rows, which no template renders; "
+            "drop chat_template (--chat-template)"
+        )
+    if opts.drop_fields:
+        present = set(raw.table.column_names) if raw.table is not None else {k for r in raw.rows if r for k in r}
+        absent = [n for n in opts.drop_fields if n not in present]
+        if absent:
+            raise ValueError(
+                f"drop_fields names {', '.join(map(repr, absent))}, which no row of {raw.name} carries; fix the name "
+                "or drop it from drop_fields (--drop-field)"
+            )
 
 
 def pack_columns(
@@ -58,6 +80,7 @@ def pack_columns(
     t = time.perf_counter()
     advance_read = progress("read", 1) if progress else None  # a bar with elapsed time while reading
     raw = _as_input(data, opts.format, opts.skip_bad_rows)
+    _check_read_options(raw, opts)
     if advance_read:
         advance_read(1)
     timings["read"] = time.perf_counter() - t
