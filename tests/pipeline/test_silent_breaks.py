@@ -123,3 +123,24 @@ def test_options_the_input_never_reads_are_refused(tmp_path, capsys):
         f"error: drop_fields names 'meta', which no row of {data} carries; fix the name or drop it from drop_fields "
         "(--drop-field)"
     )
+
+
+def _image_row(part: dict) -> dict:
+    return {"messages": [{"role": "user", "content": [part]}, {"role": "assistant", "content": "ok"}]}
+
+
+def test_unknown_keys_of_media_parts_are_refused(tmp_path):
+    """{"type": "image", "path": ..., "detail": "high"} was accepted with detail ignored; a url-only part was
+    refused as 'has a image path None'."""
+    with pytest.raises(ValueError) as e:
+        pack_dataset([_image_row({"type": "image", "path": str(tmp_path / "a.png"), "detail": "high"})], capacity=64)
+    assert str(e.value) == (
+        "list row 0: field 'messages[0].content[0].detail' is a key a image part does not take (packwise would "
+        "ignore it); a image part holds path, type; drop the key"
+    )
+    with pytest.raises(ValueError) as e:
+        pack_dataset([_image_row({"type": "image", "url": "https://x/a.png"})], capacity=64)
+    assert str(e.value) == (
+        "list row 0: field 'messages[0].content[0].url' is a URL key of a image part; URLs are not supported "
+        "(packwise reads no network); download the file first and give its local path as {type: image, path}"
+    )
