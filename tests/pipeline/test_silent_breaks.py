@@ -144,3 +144,12 @@ def test_unknown_keys_of_media_parts_are_refused(tmp_path):
         "list row 0: field 'messages[0].content[0].url' is a URL key of a image part; URLs are not supported "
         "(packwise reads no network); download the file first and give its local path as {type: image, path}"
     )
+
+
+def test_plan_packs_reads_a_generator():
+    """plan_packs(generator) said 'lengths must be 1-D, got shape ()'."""
+    from packwise.plan import plan_packs
+
+    plan = plan_packs((n for n in [3, 5, 2]), capacity=8)
+    got = [p.tolist() for p in plan.packs()]
+    assert got == [p.tolist() for p in plan_packs([3, 5, 2], capacity=8).packs()] == [[1, 0], [2]]
