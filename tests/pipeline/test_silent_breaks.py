@@ -153,3 +153,24 @@ def test_plan_packs_reads_a_generator():
     plan = plan_packs((n for n in [3, 5, 2]), capacity=8)
     got = [p.tolist() for p in plan.packs()]
     assert got == [p.tolist() for p in plan_packs([3, 5, 2], capacity=8).packs()] == [[1, 0], [2]]
+
+
+def test_progress_and_algorithm_options_are_checked_up_front():
+    """progress=lambda n: ... failed mid-run ('takes 1 positional argument but 2 were given'); algorithm_options=[1]
+    said 'cannot convert dictionary update sequence element #0'."""
+    rows = [{"input_ids": [1, 2]}]
+    with pytest.raises(TypeError) as e:
+        pack_dataset(rows, capacity=16, progress=lambda n: None)
+    assert str(e.value) == (
+        "progress(n) cannot be called as progress(stage: str, total: int) (too many positional arguments); pass a "
+        "function of (stage, total) that returns advance(n: int), called with each n done"
+    )
+    calls = []
+    pack_dataset(rows, capacity=16, progress=lambda stage, total: lambda n: calls.append((stage, total, n)))
+    assert calls == [("read", 1, 1), ("plan", 2, 1), ("plan", 2, 1)]
+    with pytest.raises(TypeError) as e:
+        pack_dataset(rows, capacity=16, algorithm_options=[1])
+    assert str(e.value) == (
+        "algorithm_options must be a dict of option name to value (e.g. {'delta': 0.05} for "
+        "balanced_greedy_knapsack), got [1]"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -132,6 +133,11 @@ class PackOptions:
         _int_at_least("max_sequences_per_pack", self.max_sequences_per_pack, 1)
         _int_at_least("min_packs", self.min_packs, 0)
         _int_at_least("pack_count_multiple", self.pack_count_multiple, 1)
+        if self.algorithm_options is not None and not isinstance(self.algorithm_options, Mapping):
+            raise TypeError(
+                f"algorithm_options must be a dict of option name to value (e.g. {{'delta': 0.05}} for balanced_greedy_knapsack), got "
+                f"{self.algorithm_options!r}"
+            )
         object.__setattr__(self, "algorithm_options", dict(self.algorithm_options or {}))
         object.__setattr__(self, "drop_fields", _drop_fields(self.drop_fields))
         check_algorithm_options(resolve_algorithm(self.algorithm), self.algorithm_options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -50,6 +51,23 @@ def _as_input(data, format: Format | None, skip_bad_rows: bool) -> RawInput:  # 
     return from_rows(data, name=type(data).__name__)
 
 
+def _check_progress(progress) -> None:
+    """Refuse a ``progress`` that cannot be called as ``progress(stage, total)`` before any work is done."""
+    if progress is None:
+        return
+    if not callable(progress):
+        raise TypeError(f"progress must be a function progress(stage: str, total: int) -> advance, got {progress!r}")
+    try:
+        inspect.signature(progress).bind("read", 1)
+    except ValueError:  # no signature to read (a builtin): called as documented
+        return
+    except TypeError as e:
+        raise TypeError(
+            f"progress{inspect.signature(progress)} cannot be called as progress(stage: str, total: int) ({e}); "
+            "pass a function of (stage, total) that returns advance(n: int), called with each n done"
+        ) from None
+
+
 def _check_read_options(raw: RawInput, opts: PackOptions) -> None:
     """Refuse options the input never reads: a chat template on pre-tokenized rows, a dropped field no row holds."""
     if opts.chat_template is not None and raw.kind == "tokens":
@@ -76,6 +94,7 @@ def pack_columns(
     ``options`` (a :class:`PackOptions`) and/or its ``fields`` as keywords (``capacity=...``).
     """
     opts = PackOptions.of(options, **fields)
+    _check_progress(progress)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     advance_read = progress("read", 1) if progress else None  # a bar with elapsed time while reading
@@ -158,7 +177,9 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
             ``algorithm``, ``seed``, ``overflow`` (``truncate``/``split``/``drop``/``error``), ``loss_on``
             (``assistant``/``all``), ``chat_template`` (``"chatml"``, a string or a ``.jinja`` path),
             ``skip_bad_rows``, ``max_sequences_per_pack``, ``min_packs``, ``pack_count_multiple``, ``format``,
-            ``progress``, ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment``
+            ``progress`` (``progress(stage: str, total: int)`` is called once per stage — ``read``,
+            ``tokenizer``, ``tokenize``, ``plan``, ``write`` — and returns ``advance(n: int)``, called as ``n`` of
+            ``total`` units are done; a TypeError up front otherwise), ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment``
             (plan on lengths rounded up to this multiple), ``algorithm_options``. A
             :class:`packwise.PackingConfig` gives all of them: ``pack_dataset(data, **cfg.pipeline_kwargs())``.
 
