@@ -135,8 +135,8 @@ class PackOptions:
         _int_at_least("pack_count_multiple", self.pack_count_multiple, 1)
         if self.algorithm_options is not None and not isinstance(self.algorithm_options, Mapping):
             raise TypeError(
-                f"algorithm_options must be a dict of option name to value (e.g. {{'delta': 0.05}} for balanced_greedy_knapsack), got "
-                f"{self.algorithm_options!r}"
+                "algorithm_options must be a dict of option name to value (e.g. {'delta': 0.05} for "
+                f"balanced_greedy_knapsack), got {self.algorithm_options!r}"
             )
         object.__setattr__(self, "algorithm_options", dict(self.algorithm_options or {}))
         object.__setattr__(self, "drop_fields", _drop_fields(self.drop_fields))

@@ -179,8 +179,9 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
             ``skip_bad_rows``, ``max_sequences_per_pack``, ``min_packs``, ``pack_count_multiple``, ``format``,
             ``progress`` (``progress(stage: str, total: int)`` is called once per stage — ``read``,
             ``tokenizer``, ``tokenize``, ``plan``, ``write`` — and returns ``advance(n: int)``, called as ``n`` of
-            ``total`` units are done; a TypeError up front otherwise), ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment``
-            (plan on lengths rounded up to this multiple), ``algorithm_options``. A
+            ``total`` units are done; a TypeError up front otherwise), ``vision`` (a
+            :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment`` (plan on lengths rounded up to
+            this multiple), ``algorithm_options``. A
             :class:`packwise.PackingConfig` gives all of them: ``pack_dataset(data, **cfg.pipeline_kwargs())``.
 
     Returns:
