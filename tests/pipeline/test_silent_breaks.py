@@ -174,3 +174,24 @@ def test_progress_and_algorithm_options_are_checked_up_front():
         "algorithm_options must be a dict of option name to value (e.g. {'delta': 0.05} for "
         "balanced_greedy_knapsack), got [1]"
     )
+
+
+def test_image_options_on_data_without_media_are_refused(tmp_path, capsys):
+    from packwise.cli import main
+    from packwise.multimodal import VisionSpec
+
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]
+    with pytest.raises(ValueError) as e:
+        pack_dataset(rows, capacity=64, vision=VisionSpec(max_pixels=1000))
+    assert str(e.value) == (
+        "max_pixels=1000 set but list holds no images, videos or audio, so they would never be read; drop them "
+        "(--min-pixels / --max-pixels / --media-root)"
+    )
+    assert pack_dataset(rows, capacity=64, vision=VisionSpec())[1].rows_read == 1  # the defaults: nothing set
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"input_ids": [1, 2, 3]}\n')
+    assert main(["pack", str(data), "-o", str(tmp_path / "o"), "--capacity", "8", "--min-pixels", "4096"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: min_pixels=4096 set but {data} holds no images, videos or audio, so they would never be read; "
+        "drop them (--min-pixels / --max-pixels / --media-root)"
+    )

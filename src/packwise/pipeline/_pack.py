@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import time
@@ -68,6 +69,21 @@ def _check_progress(progress) -> None:
         ) from None
 
 
+def _check_media_options_unread(vision, name) -> None:
+    """Refuse image-sizing options (``min_pixels``, ``max_pixels``, ``media_root`` of ``vision``) set away from their
+    defaults on data with no images, videos or audio: they would never be read."""
+    if vision is None:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(vision)}
+    changed = [f"{n}={getattr(vision, n)!r}" for n in ("min_pixels", "max_pixels", "media_root")
+               if getattr(vision, n) != defaults[n]]  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"{', '.join(changed)} set but {name} holds no images, videos or audio, so they would never be read; "
+            "drop them (--min-pixels / --max-pixels / --media-root)"
+        )
+
+
 def _check_read_options(raw: RawInput, opts: PackOptions) -> None:
     """Refuse options the input never reads: a chat template on pre-tokenized rows, a dropped field no row holds."""
     if opts.chat_template is not None and raw.kind == "tokens":
@@ -106,6 +122,7 @@ def pack_columns(
 
     t = time.perf_counter()
     template = resolve_chat_template(opts.chat_template)
+    given_vision = opts.vision
     if raw.kind != "tokens":
         from ._media import with_media_root
 
@@ -118,6 +135,8 @@ def pack_columns(
     samples, skipped = tokenize(raw, tok, template, opts, skip_bad_rows=opts.skip_bad_rows, progress=advance)
     timings["tokenize"] = time.perf_counter() - t
     check_rows(raw.name, PieceCounts(rows_read=raw.num_rows, rows_skipped=len(skipped)))
+    if samples.media is None:
+        _check_media_options_unread(given_vision, raw.name)
 
     t = time.perf_counter()
     fitted, oc = overflow(samples, opts, raw.locate)
