@@ -69,8 +69,7 @@ CONFIGS = [
             "seed": 3,
             "max_sequences_per_pack": 4,
             "alignment": 8,
-            "loss_on": "all",
-        },
+        },  # no loss_on="all": these rows carry labels, which it would ignore (refused)
     ),
 ]
 

@@ -118,7 +118,9 @@ def test_numpy_integers_are_integers_and_unknown_options_get_a_suggestion():
     import packwise
     from packwise.pipeline import PackOptions
 
-    opts = PackOptions(capacity=np.int64(64), alignment=np.int32(8), seed=np.uint8(3))
+    opts = PackOptions(
+        capacity=np.int64(64), alignment=np.int32(8), seed=np.uint8(3), algorithm="ffs"
+    )  # ffs reads the seed
     assert (opts.capacity, opts.alignment, opts.seed) == (64, 8, 3)
     assert type(opts.capacity) is int and type(opts.seed) is int  # JSON-serialisable in metadata.json
     with pytest.raises(TypeError, match=r"unknown packing option 'capcity' \(did you mean 'capacity'\?\)"):

@@ -14,6 +14,9 @@ import pyarrow as pa
 
 from ._lines import DuplicateKeyError, loads_unique
 
+#: Data files of another format that a Parquet folder must not hold (their rows would not be read).
+OTHER_DATA_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".arrow", ".pq", ".csv", ".tsv", ".feather")
+
 _SHARD = re.compile(r"^(?P<stem>.*?)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>\w+)$")
 
 
@@ -52,7 +55,8 @@ def parquet_files(path: Path) -> list[Path]:
     Raises:
         ValueError: a shard of a ``-NNNNN-of-NNNNN`` set is missing or a second set lies beside it; a
             ``*.parquet`` name is a folder or hidden (``.``/``_``, as pyarrow and Spark treat them); Parquet
-            files lie in subfolders (hive partitions, not read); two names are the same file (a link); or a
+            files lie in subfolders (hive partitions, not read); a data file of another format lies beside them
+            (``.jsonl``, ``.arrow``, ...: its rows would be absent); two names are the same file (a link); or a
             ``_metadata`` summary file names other files or counts other rows than the files hold.
     """
     path = Path(path)
@@ -71,6 +75,14 @@ def parquet_files(path: Path) -> list[Path]:
         raise ValueError(
             f"input {path} has Parquet files in subfolders ({nested.relative_to(path)}; hive partitions?), which "
             "packwise would not read; pass each subfolder, or move the files into one folder"
+        )
+    other = sorted(f.name for f in path.iterdir() if f.name.lower().endswith(OTHER_DATA_SUFFIXES))
+    if other:
+        raise ValueError(
+            f"input {path}: {', '.join(other[:3])}{f' and {len(other) - 3} more' if len(other) > 3 else ''} "
+            f"{'is a data file' if len(other) == 1 else 'are data files'} of another format beside the *.parquet "
+            "files, whose rows would not be read; packwise reads one format per folder — move them into their own "
+            "folder (or convert them to Parquet)"
         )
     check_shard_set(path, [f.name for f in files])
     _same_files(path, files, "the folder")

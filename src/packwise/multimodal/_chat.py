@@ -93,6 +93,32 @@ def _video(part: dict, base_dir: Path | None, spec: VisionSpec, where: str, fiel
     return (tuple(_recorded(q, spec) for q in paths), grid, spec.temporal_patch_size / float(fps)), text
 
 
+#: The keys each kind of content part may carry (a key with a null value, as a Parquet struct column fills in, is
+#: no key): any other is refused by name rather than ignored.
+PART_KEYS = {
+    "text": {"type", "text"}, "image": {"type", "path"}, "audio": {"type", "path"},
+    "video": {"type", "path", "frames", "fps"},
+}  # fmt: skip
+
+
+def _check_part_keys(part, kind, where: str, field: str) -> None:
+    """Refuse a key of a content part that packwise would not read (``detail``, ``url``...)."""
+    if kind not in PART_KEYS:
+        return  # not a known part: refused below, naming the kinds
+    extra = sorted(k for k, v in part.items() if v is not None and k not in PART_KEYS[kind])
+    url = next((k for k in extra if k in ("url", "image_url", "audio_url", "video_url")), None)
+    if url is not None:
+        raise BadRow(
+            where, f"{field}.{url}", f"is a URL key of a {kind} part; URLs are not supported (packwise reads "
+            "no network)", f"download the file first and give its local path as {{type: {kind}, path}}",
+        )  # fmt: skip
+    if extra:
+        raise BadRow(
+            where, f"{field}.{extra[0]}", f"is a key a {kind} part does not take (packwise would ignore it); a "
+            f"{kind} part holds {', '.join(sorted(PART_KEYS[kind]))}", "drop the key",
+        )  # fmt: skip
+
+
 def audio_tokens_known(tokenizer, spec: AudioSpec) -> bool:
     """True when the tokenizer holds added (special) tokens at the audio ids: ``<|AUDIO|>``/``<|audio_bos|>``/
     ``<|audio_eos|>`` in a Qwen2.5-Omni tokenizer, or the Qwen2.5 added tokens Omni reuses at 151646-151648."""
@@ -167,6 +193,7 @@ def expand_images(
             for q, part in enumerate(content):
                 field = f"{key}[{j}].content[{q}]"
                 kind = part.get("type") if isinstance(part, dict) else None
+                _check_part_keys(part, kind, where, field)
                 if kind == "text" and isinstance(part.get("text"), str):
                     parts.append(part["text"])
                 elif kind == "image":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -94,7 +95,7 @@ class PackOptions:
     def __post_init__(self) -> None:
         # check_algorithm_options is plan/'s own check of **algorithm_options (private: plan/ exports only
         # planners; this is the one place above plan/ that validates options without planning).
-        from ..plan import MAX_CAPACITY, check_algorithm_options, resolve_algorithm
+        from ..plan import MAX_CAPACITY, RANDOMIZED, check_algorithm_options, resolve_algorithm
 
         for name in ("capacity", "alignment", "seed", "max_sequences_per_pack", "min_packs", "pack_count_multiple"):
             value = getattr(self, name)  # numpy integers (np.int64 from an array) are integers: store plain ints
@@ -110,6 +111,12 @@ class PackOptions:
             )
         if isinstance(alignment, bool) or not isinstance(alignment, int) or not 1 <= alignment <= capacity:
             raise ValueError(f"alignment must be an integer in [1, capacity={capacity}], got {alignment!r}")
+        if not isinstance(skip := self.skip_bad_rows, (bool, np.bool_)):  # "no" is truthy: never read it as True
+            raise TypeError(
+                f"skip_bad_rows must be True or False, got {skip!r} ({type(skip).__name__}); "
+                "pass a bool (--skip-bad-rows on the command line)"
+            )
+        object.__setattr__(self, "skip_bad_rows", bool(self.skip_bad_rows))
         if self.loss_on not in get_args(LossOn):
             raise ValueError(f"loss_on must be 'assistant' or 'all', got {self.loss_on!r}")
         if self.overflow not in OVERFLOW_POLICIES:
@@ -120,9 +127,20 @@ class PackOptions:
             raise TypeError(f"seed must be an integer or None, got {self.seed!r}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}; pass --seed 0 or any non-negative integer")
+        if self.seed is not None and resolve_algorithm(self.algorithm) not in RANDOMIZED:
+            raise ValueError(
+                f"seed={self.seed} is not read by algorithm {resolve_algorithm(self.algorithm)!r}, which is "
+                f"deterministic; only {', '.join(sorted(RANDOMIZED))} reads a seed — drop the seed (--seed) or "
+                "pick that algorithm"
+            )
         _int_at_least("max_sequences_per_pack", self.max_sequences_per_pack, 1)
         _int_at_least("min_packs", self.min_packs, 0)
         _int_at_least("pack_count_multiple", self.pack_count_multiple, 1)
+        if self.algorithm_options is not None and not isinstance(self.algorithm_options, Mapping):
+            raise TypeError(
+                "algorithm_options must be a dict of option name to value (e.g. {'delta': 0.05} for "
+                f"balanced_greedy_knapsack), got {self.algorithm_options!r}"
+            )
         object.__setattr__(self, "algorithm_options", dict(self.algorithm_options or {}))
         object.__setattr__(self, "drop_fields", _drop_fields(self.drop_fields))
         check_algorithm_options(resolve_algorithm(self.algorithm), self.algorithm_options)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -42,7 +44,61 @@ def _as_input(data, format: Format | None, skip_bad_rows: bool) -> RawInput:  # 
         return _as_input(data(), format, skip_bad_rows)
     if isinstance(data, (str, os.PathLike)):
         return read_input(data, format=format, skip_bad_rows=skip_bad_rows)
+    if format is not None:
+        raise ValueError(
+            f"format={format!r} is read only for a path (which file reader to use); the input is an in-memory "
+            f"{type(data).__name__} — drop format (--format)"
+        )
     return from_rows(data, name=type(data).__name__)
+
+
+def _check_progress(progress) -> None:
+    """Refuse a ``progress`` that cannot be called as ``progress(stage, total)`` before any work is done."""
+    if progress is None:
+        return
+    if not callable(progress):
+        raise TypeError(f"progress must be a function progress(stage: str, total: int) -> advance, got {progress!r}")
+    try:
+        inspect.signature(progress).bind("read", 1)
+    except ValueError:  # no signature to read (a builtin): called as documented
+        return
+    except TypeError as e:
+        raise TypeError(
+            f"progress{inspect.signature(progress)} cannot be called as progress(stage: str, total: int) ({e}); "
+            "pass a function of (stage, total) that returns advance(n: int), called with each n done"
+        ) from None
+
+
+def _check_media_options_unread(vision, name) -> None:
+    """Refuse image-sizing options (``min_pixels``, ``max_pixels``, ``media_root`` of ``vision``) set away from their
+    defaults on data with no images, videos or audio: they would never be read."""
+    if vision is None:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(vision)}
+    changed = [f"{n}={getattr(vision, n)!r}" for n in ("min_pixels", "max_pixels", "media_root")
+               if getattr(vision, n) != defaults[n]]  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"{', '.join(changed)} set but {name} holds no images, videos or audio, so they would never be read; "
+            "drop them (--min-pixels / --max-pixels / --media-root)"
+        )
+
+
+def _check_read_options(raw: RawInput, opts: PackOptions) -> None:
+    """Refuse options the input never reads: a chat template on pre-tokenized rows, a dropped field no row holds."""
+    if opts.chat_template is not None and raw.kind == "tokens":
+        raise ValueError(
+            f"chat_template is set but {raw.name} holds pre-tokenized input_ids rows, which no template renders; "
+            "drop chat_template (--chat-template)"
+        )
+    if opts.drop_fields:
+        present = set(raw.table.column_names) if raw.table is not None else {k for r in raw.rows if r for k in r}
+        absent = [n for n in opts.drop_fields if n not in present]
+        if absent:
+            raise ValueError(
+                f"drop_fields names {', '.join(map(repr, absent))}, which no row of {raw.name} carries; fix the name "
+                "or drop it from drop_fields (--drop-field)"
+            )
 
 
 def pack_columns(
@@ -54,16 +110,19 @@ def pack_columns(
     ``options`` (a :class:`PackOptions`) and/or its ``fields`` as keywords (``capacity=...``).
     """
     opts = PackOptions.of(options, **fields)
+    _check_progress(progress)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     advance_read = progress("read", 1) if progress else None  # a bar with elapsed time while reading
     raw = _as_input(data, opts.format, opts.skip_bad_rows)
+    _check_read_options(raw, opts)
     if advance_read:
         advance_read(1)
     timings["read"] = time.perf_counter() - t
 
     t = time.perf_counter()
     template = resolve_chat_template(opts.chat_template)
+    given_vision = opts.vision
     if raw.kind != "tokens":
         from ._media import with_media_root
 
@@ -76,6 +135,8 @@ def pack_columns(
     samples, skipped = tokenize(raw, tok, template, opts, skip_bad_rows=opts.skip_bad_rows, progress=advance)
     timings["tokenize"] = time.perf_counter() - t
     check_rows(raw.name, PieceCounts(rows_read=raw.num_rows, rows_skipped=len(skipped)))
+    if samples.media is None:
+        _check_media_options_unread(given_vision, raw.name)
 
     t = time.perf_counter()
     fitted, oc = overflow(samples, opts, raw.locate)
@@ -135,8 +196,11 @@ def pack_dataset(data, *, capacity: int = 4096, **options):
             ``algorithm``, ``seed``, ``overflow`` (``truncate``/``split``/``drop``/``error``), ``loss_on``
             (``assistant``/``all``), ``chat_template`` (``"chatml"``, a string or a ``.jinja`` path),
             ``skip_bad_rows``, ``max_sequences_per_pack``, ``min_packs``, ``pack_count_multiple``, ``format``,
-            ``progress``, ``vision`` (a :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment``
-            (plan on lengths rounded up to this multiple), ``algorithm_options``. A
+            ``progress`` (``progress(stage: str, total: int)`` is called once per stage — ``read``,
+            ``tokenizer``, ``tokenize``, ``plan``, ``write`` — and returns ``advance(n: int)``, called as ``n`` of
+            ``total`` units are done; a TypeError up front otherwise), ``vision`` (a
+            :class:`packwise.multimodal.VisionSpec` for image sizes), ``alignment`` (plan on lengths rounded up to
+            this multiple), ``algorithm_options``. A
             :class:`packwise.PackingConfig` gives all of them: ``pack_dataset(data, **cfg.pipeline_kwargs())``.
 
     Returns:

@@ -65,6 +65,8 @@ def tokenize(
     labels inside the loss, so each sample's first label is never a target: it is normalised to -100 here, and
     only real targets count as loss tokens. ``options.drop_fields`` are removed from the rows first (counted)."""
     raw, dropped = without_fields(raw, options.drop_fields)
+    if raw.kind == "tokens" and options.loss_on == "all":
+        _refuse_all_over_labels(raw)
     if raw.kind == "tokens":
         vocab = len(tok) if tok is not None else None
         samples, skipped = tokens_from_rows(raw, vocab_size=vocab, skip_bad_rows=skip_bad_rows, extra_names=extra_names)
@@ -76,6 +78,22 @@ def tokenize(
     mask_boundaries(samples.labels, samples.offsets[:-1], samples.lengths)  # the one boundary-label rule
     samples.field_values_dropped = dropped
     return samples, sorted(skipped, key=lambda r: r[0])
+
+
+def _refuse_all_over_labels(raw: RawInput) -> None:
+    """``loss_on="all"`` on pre-tokenized rows that carry their own ``labels``/``loss_mask`` would ignore them (or be
+    ignored): refused, naming the first row (or the table) and the column."""
+    if raw.table is not None:
+        found = next(((raw.name, c) for c in ("labels", "loss_mask") if c in raw.table.column_names), None)
+    else:
+        found = next(((raw.locate(i), c) for i, row in enumerate(raw.rows) if row is not None
+                      for c in ("labels", "loss_mask") if row.get(c) is not None), None)  # fmt: skip
+    if found is not None:
+        where, column = found
+        raise ValueError(
+            f"{where}: rows carry {column}; loss_on='all' (--loss-on all) would ignore them — drop the {column} "
+            "column (drop_fields / --drop-field) or the flag"
+        )
 
 
 def overflow(samples: Samples, options: PackOptions, locate) -> tuple[Samples, OverflowCounts]:

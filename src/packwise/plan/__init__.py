@@ -18,6 +18,7 @@ from ._api import (  # noqa: F401
     ALGORITHMS,
     ALIASES,
     MAX_CAPACITY,
+    RANDOMIZED,
     Algorithm,
     as_lengths,
     check_algorithm_options,

@@ -101,7 +101,8 @@ def check_algorithm_options(algorithm: str, options: dict) -> None:
 def as_lengths(lengths) -> np.ndarray:
     """Validate and convert lengths to ``(N,)`` int64 (no copy when already int64).
 
-    Accepts numpy arrays, lists, and anything with ``to_numpy()`` (pyarrow arrays, pandas series).
+    Accepts numpy arrays, lists, any other iterable of integers (a generator: read once, into a list), and
+    anything with ``to_numpy()`` (pyarrow arrays, pandas series).
 
     Raises:
         TypeError: not integers (floats, bools, objects).
@@ -118,6 +119,8 @@ def as_lengths(lengths) -> np.ndarray:
             arr = lengths.to_numpy(zero_copy_only=False)
         except TypeError:
             arr = lengths.to_numpy()
+    elif hasattr(lengths, "__iter__") and not hasattr(lengths, "__len__"):  # a generator, a map(...): read it once
+        arr = np.asarray(list(lengths))
     else:
         arr = np.asarray(lengths)
     if arr.ndim != 1:

@@ -6,11 +6,13 @@ reply that the model is trained to emit. packwise refuses the row (naming row an
 pipeline checks each row with :func:`check_row` so that ``--skip-bad-rows`` skips and counts it like any
 other bad row (``encode_chats``/``encode_prompt_completion`` check again, for direct callers).
 
-Vision tokens (``<|image_pad|>``, ...) and the audio placeholders (``<|AUDIO|>``, ``<|audio_bos|>``,
-``<|audio_eos|>``: the tokens at their ids) are written by packwise's media expansion into the text it encodes,
-so they are left out here: vision tokens typed by the user are refused by the pipeline's own check
-(``pipeline/_samples.py::_check_vision_tokens``); typed audio placeholders are not yet (known gap). Added tokens
-that are not special (Qwen3's ``<think>``) are ordinary text the model also reads at inference and are allowed.
+Vision tokens (``<|image_pad|>``, ...) are written by packwise's media expansion into the text it encodes, so
+they are left out here: vision tokens typed by the user are refused by the pipeline's own check
+(``pipeline/_samples.py::_check_vision_tokens``, which counts them against the row's images). Every other special
+token is refused, the ones at Qwen2.5-Omni's audio ids 151646-151648 included (``<|object_ref_start|>``,
+``<|object_ref_end|>``, ``<|box_start|>`` in Qwen2.5; ``<|AUDIO|>``, ``<|audio_bos|>``, ``<|audio_eos|>`` in Omni):
+this check reads the user's text before media expansion, which is encoded unchecked. Added tokens that are not
+special (Qwen3's ``<think>``) are ordinary text the model also reads at inference and are allowed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..constants import AUDIO_END_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_TOKEN_ID
 from ..files import BadRow
 
 #: Vision placeholders: the pipeline checks them against the row's media (pipeline/_samples.py).
@@ -28,13 +29,20 @@ FIX = "remove or escape it in the text; a turn boundary comes from the chat temp
 
 
 def special_token_pattern(tokenizer) -> re.Pattern | None:
-    """A regex matching every special added token of ``tokenizer`` but the vision ones (None: there is none)."""
+    """A regex matching every special added token of ``tokenizer`` but the vision ones (None: there is none).
+
+    Example:
+        >>> from packwise.text._lite import pipeline_tokenizer
+        >>> pattern = special_token_pattern(pipeline_tokenizer("qwen2.5"))
+        >>> [pattern.search(f"x {t} y").group() for t in ("<|box_start|>", "<|object_ref_end|>")]
+        ['<|box_start|>', '<|object_ref_end|>']
+        >>> pattern.search("x <|image_pad|> y") is None  # counted against the row's images by the pipeline
+        True
+    """
     specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
-    audio = (AUDIO_TOKEN_ID, AUDIO_START_TOKEN_ID, AUDIO_END_TOKEN_ID)  # Qwen2.5-Omni's placeholders (constants)
-    media = set(VISION_TOKENS) | {decoder[i].content for i in audio if i in decoder}
-    ordered = sorted((t for t in specials if t and t not in media), key=len, reverse=True)
+    ordered = sorted((t for t in specials if t and t not in VISION_TOKENS), key=len, reverse=True)
     return re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
 
