@@ -18,3 +18,19 @@ def test_flat_seq_lengths_keep_every_token():
     batch = PackedDataCollator()([{"input_ids": [1, 2, 3, 4, 5], "seq_lengths": [3, 2]}])
     assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5]]
     assert batch["cu_seq_lens_q"].tolist() == [0, 3, 5]
+
+
+def test_cu_seq_lens_k_differing_from_q_refused_by_the_patched_forward():
+    from packwise.hf import use_packed_attention
+    from packwise.verify import family_model
+
+    model = use_packed_attention(family_model("llama", 97), backend="sdpa")
+    ids, pos = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[0, 1, 0, 1]])
+    q, k = torch.tensor([0, 2, 4], dtype=torch.int32), torch.tensor([0, 1, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"cu_seq_lens_k \[0, 1, 4\] differs from cu_seq_lens_q \[0, 2, 4\]"):
+        model(input_ids=ids, position_ids=pos, cu_seq_lens_q=q, cu_seq_lens_k=k, use_cache=False)
+    with pytest.raises(ValueError, match=r"cu_seq_lens_k \[0, 1, 4\] differs from cu_seq_lens_q None"):
+        model(input_ids=ids, position_ids=pos, cu_seq_lens_k=k, use_cache=False)
+    with torch.no_grad():  # the same boundaries run
+        out = model(input_ids=ids, position_ids=pos, cu_seq_lens_q=q, cu_seq_lens_k=q, max_length_q=2, max_length_k=2)
+    assert tuple(out.logits.shape) == (1, 4, 97)

@@ -229,7 +229,16 @@ def _check_boundaries(kwargs: dict, offset: int) -> None:
     tokens (``attention_mask`` 1 at ``t-1`` and ``t``; no mask: every token) — HF's left padding restarts
     positions after the pads and stays allowed. With ``cu_seq_lens_q`` and 2-D position ids: positions must
     increase by exactly 1 inside every segment (a segment holding several documents would leak).
+    ``cu_seq_lens_k`` must equal ``cu_seq_lens_q`` (packed training has no KV cache: keys are the queries).
     """
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_k is not None and (cu_q is None or not torch.equal(torch.as_tensor(cu_q), torch.as_tensor(cu_k))):
+        q = None if cu_q is None else torch.as_tensor(cu_q).tolist()
+        raise ValueError(
+            f"cu_seq_lens_k {torch.as_tensor(cu_k).tolist()} differs from cu_seq_lens_q {q}: in a packed row the keys "
+            "are the queries, so both must hold the same boundaries (queries of one document would attend to keys "
+            "of another). Pass the cu_seq_lens_q/k that one PackedDataCollator call emits"
+        )
     pos = kwargs.get("position_ids")
     if not isinstance(pos, torch.Tensor) or pos.shape[-1] < 2:
         return
