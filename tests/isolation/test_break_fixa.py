@@ -34,3 +34,16 @@ def test_cu_seq_lens_k_differing_from_q_refused_by_the_patched_forward():
     with torch.no_grad():  # the same boundaries run
         out = model(input_ids=ids, position_ids=pos, cu_seq_lens_q=q, cu_seq_lens_k=q, max_length_q=2, max_length_k=2)
     assert tuple(out.logits.shape) == (1, 4, 97)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+def test_packed_cross_entropy_refuses_non_integer_labels(dtype):
+    from packwise.loss import packed_cross_entropy
+
+    logits = torch.zeros(1, 3, 4)
+    labels = torch.tensor([[0.0, 2.7, 1.0]]).to(dtype)
+    with pytest.raises(TypeError, match=f"labels has dtype {dtype}; labels are token ids or -100"):
+        packed_cross_entropy(logits, labels)
+    # integer labels of the same values: log(4) per target, 2 targets
+    loss = packed_cross_entropy(logits, torch.tensor([[0, 2, 1]]), reduction="sum")
+    assert round(float(loss), 4) == round(2 * float(torch.log(torch.tensor(4.0))), 4)
