@@ -47,3 +47,40 @@ def test_packed_cross_entropy_refuses_non_integer_labels(dtype):
     # integer labels of the same values: log(4) per target, 2 targets
     loss = packed_cross_entropy(logits, torch.tensor([[0, 2, 1]]), reduction="sum")
     assert round(float(loss), 4) == round(2 * float(torch.log(torch.tensor(4.0))), 4)
+
+
+def test_pad_token_id_outside_the_vocabulary_refused_everywhere():
+    from packwise.assemble import assemble_batch, assemble_pack, collate_packs
+
+    seq = {"input_ids": [1, 2]}
+    with pytest.raises(ValueError, match=r"pad_token_id=500 is outside the vocabulary \[0, 100\)"):
+        assemble_pack([seq], pad_to=4, pad_token_id=500, vocab_size=100)
+    negative = r"pad_token_id=-1 is negative; padding is a token id >= 0"
+    with pytest.raises(ValueError, match=negative):
+        assemble_pack([seq], pad_to=4, pad_token_id=-1)
+    with pytest.raises(ValueError, match=negative):
+        collate_packs([assemble_pack([seq])], pad_token_id=-1)
+    with pytest.raises(ValueError, match=negative):
+        assemble_batch([[seq]], pad_token_id=-1)
+    with pytest.raises(ValueError, match=negative):
+        PackedDataCollator(pad_token_id=-1)([seq])
+    assert assemble_pack([seq], pad_to=4, pad_token_id=99, vocab_size=100).input_ids.tolist() == [1, 2, 99, 99]
+
+
+def test_pad_values_naming_no_column_refused_everywhere():
+    from packwise.assemble import PackCollator, assemble_batch, assemble_pack, collate_packs
+
+    seqs = [{"input_ids": [1, 2], "weight": [0.5, 0.5]}, {"input_ids": [3], "weight": [2.0]}]
+    typo = r"pad_values names 'wieght', which no sequence carries \(columns: \['weight'\]\)"
+    with pytest.raises(ValueError, match=typo):
+        assemble_pack(seqs, pad_to=4, pad_values={"wieght": 1.0})
+    with pytest.raises(ValueError, match=typo):
+        collate_packs([assemble_pack(seqs)], pad_to_multiple_of=4, pad_values={"wieght": 1.0})
+    with pytest.raises(ValueError, match=typo):
+        assemble_batch([seqs], pad_to_multiple_of=4, pad_values={"wieght": 1.0})
+    with pytest.raises(ValueError, match=typo):
+        PackCollator(pad_to_multiple_of=4, pad_values={"wieght": 1.0})([assemble_pack(seqs)])
+    # the right name pads the column; a column only one pack of the batch carries may be named
+    assert assemble_pack(seqs, pad_to=4, pad_values={"weight": 1.0}).columns["weight"].tolist() == [0.5, 0.5, 2.0, 1.0]
+    b = assemble_batch([seqs, [{"input_ids": [4]}]], pad_values={"weight": 7.0})
+    assert b["weight"].tolist() == [[0.5, 0.5, 2.0, 7.0]]

@@ -27,7 +27,15 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
-from ._options import check_fill, check_int, check_options, check_position_offset, check_tokens, positive_int
+from ._options import (
+    check_fill,
+    check_options,
+    check_pad_columns,
+    check_pad_token_id,
+    check_position_offset,
+    check_tokens,
+    positive_int,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,7 +121,7 @@ class PackedSequence:
             ([-100, 2, 3, -100, -100, 5, -100, -100], [0, 4, 8], [0, 1, 2, 3, 0, 1, 2, 3])
         """
         alignment = positive_int(alignment, "alignment")
-        check_int(pad_token_id, "pad_token_id")
+        check_pad_token_id(pad_token_id, vocab_size)
         check_position_offset(position_offset)
         check_tokens(pad_to, "pad_to")
         check_tokens(alignment, "alignment")
@@ -256,7 +264,7 @@ def assemble_pack(
     alignment = positive_int(alignment, "alignment")
     pad_values = check_options(
         pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values,
-        pad_to=pad_to, alignment=alignment,
+        pad_to=pad_to, alignment=alignment, vocab_size=vocab_size,
     )  # fmt: skip
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
@@ -289,6 +297,7 @@ def _execute(
     validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id, labels=labels)
     positions = _positions(cols, lay.pos_in_seg, lay.seq_idx, lay.seg_real, dst, position_offset, n, device)
     pad_values = dict(pad_values or {})
+    check_pad_columns(pad_values, cols.extra)
     for name in pad_values.keys() & cols.extra.keys():  # the pad value fits the column in every sequence
         for dtype in cols.dtypes.get(name, (cols.extra[name].dtype,)):
             check_fill(pad_values[name], dtype, name)
