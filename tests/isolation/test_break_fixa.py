@@ -84,3 +84,17 @@ def test_pad_values_naming_no_column_refused_everywhere():
     assert assemble_pack(seqs, pad_to=4, pad_values={"weight": 1.0}).columns["weight"].tolist() == [0.5, 0.5, 2.0, 1.0]
     b = assemble_batch([seqs, [{"input_ids": [4]}]], pad_values={"weight": 7.0})
     assert b["weight"].tolist() == [[0.5, 0.5, 2.0, 7.0]]
+
+
+def test_use_packed_attention_refuses_a_str_allow_an_unknown_allow_name_and_a_non_hf_model():
+    from packwise.hf import use_packed_attention
+    from packwise.verify import family_model
+
+    with pytest.raises(TypeError, match=r"allow='LlamaAttention': pass a list of module class names"):
+        use_packed_attention(family_model("llama", 97), allow="LlamaAttention")
+    with pytest.raises(ValueError, match=r"allow names 'NotAClass', which is no module class of this LlamaForCausalLM"):
+        use_packed_attention(family_model("llama", 97), allow=["NotAClass"])
+    with pytest.raises(TypeError, match=r"got a Linear, not a transformers PreTrainedModel"):
+        use_packed_attention(torch.nn.Linear(2, 2))
+    model = use_packed_attention(family_model("llama", 97), allow=["LlamaAttention"], backend="sdpa")
+    assert model.config._attn_implementation == "packwise_sdpa"

@@ -89,6 +89,31 @@ def _family(cls: type) -> str | None:
     return parts[2] if len(parts) > 2 and parts[:2] == ["transformers", "models"] else None
 
 
+def check_target(model, allow: Sequence[str]) -> None:
+    """Refuse what :func:`use_packed_attention` cannot patch: a model without ``set_attn_implementation`` (not a
+    transformers ``PreTrainedModel``), an ``allow`` given as one string (it would be read as its characters) or
+    holding a non-string, and an ``allow`` name that matches no module class of ``model`` (a typo opts nothing in).
+
+    Raises:
+        TypeError: the model or the ``allow`` type, named. ValueError: an ``allow`` name no module carries.
+    """
+    if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "set_attn_implementation", None)):
+        raise TypeError(
+            f"use_packed_attention got a {type(model).__name__}, not a transformers PreTrainedModel (it has no "
+            "set_attn_implementation): packwise patches transformers models only; for a custom torch model call "
+            "packwise.attention.varlen_attention with the batch's cu_seq_lens_q yourself"
+        )
+    if isinstance(allow, str) or not all(isinstance(a, str) for a in allow):
+        raise TypeError(f"allow={allow!r}: pass a list of module class names, e.g. allow=['LlamaAttention']")
+    present = {type(m).__name__ for m in model.modules()}
+    missing = sorted(set(allow) - present)
+    if missing:
+        raise ValueError(
+            f"allow names {missing[0]!r}, which is no module class of this {type(model).__name__} (its classes: "
+            f"{sorted(present)}); fix the name or drop it"
+        )
+
+
 def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
     """Raise :class:`PackingRefused` unless every layer of ``model`` is one packwise can isolate on ``backend``.
 
