@@ -98,3 +98,15 @@ def test_use_packed_attention_refuses_a_str_allow_an_unknown_allow_name_and_a_no
         use_packed_attention(torch.nn.Linear(2, 2))
     model = use_packed_attention(family_model("llama", 97), allow=["LlamaAttention"], backend="sdpa")
     assert model.config._attn_implementation == "packwise_sdpa"
+
+
+def test_assemble_pack_reads_a_generator_like_a_list():
+    from packwise.assemble import assemble_pack
+
+    rows = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
+    p = assemble_pack(r for r in rows)
+    assert p.input_ids.tolist() == [1, 2, 3, 4, 5] and p.cu_seqlens.tolist() == [0, 3, 5]
+    with pytest.raises(ValueError, match="assemble_pack needs at least one sequence"):
+        assemble_pack(r for r in [])
+    with pytest.raises(TypeError, match="sequences is a int; pass a list of sequence mappings"):
+        assemble_pack(5)

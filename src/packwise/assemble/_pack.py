@@ -17,7 +17,7 @@ position-based packing detection would read as one-token documents).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -204,7 +204,7 @@ class PackedSequence:
 
 
 def assemble_pack(
-    sequences: Sequence[Mapping],
+    sequences: Iterable[Mapping],
     *,
     pad_to: int | None = None,
     alignment: int = 1,
@@ -218,7 +218,8 @@ def assemble_pack(
     """Concatenate sequences into one THD pack (the plan decided membership; this only executes it).
 
     Args:
-        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` and/or ``loss_mask (L,)``, whose
+        sequences: mappings (any iterable: a generator is read once) with ``input_ids (L,)``; optional
+            ``labels (L,)`` and/or ``loss_mask (L,)``, whose
             presence declares the row's convention: ``labels`` alone are HF labels (unshifted), ``labels`` +
             ``loss_mask`` a Megatron row (``labels = text[1:]``, mask aligned with them), ``loss_mask`` alone a
             mask on the predicted token (docs/megatron.md); optional ``position_ids`` ``(L,)`` or MRoPE
@@ -266,6 +267,13 @@ def assemble_pack(
         pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values,
         pad_to=pad_to, alignment=alignment, vocab_size=vocab_size,
     )  # fmt: skip
+    if not isinstance(sequences, (Sequence, Mapping, torch.Tensor, np.ndarray)):  # a generator: read it once
+        try:
+            sequences = list(sequences)
+        except TypeError:
+            raise TypeError(
+                f"sequences is a {type(sequences).__name__}; pass a list of sequence mappings (each with input_ids)"
+            ) from None
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
