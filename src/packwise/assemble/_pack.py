@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -277,8 +278,9 @@ def assemble_pack(
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
-        _collect(sequences), pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
-        pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset, vocab_size=vocab_size,
+        _collect(cast("Sequence[Mapping]", sequences)), pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id,
+        label_pad_id=label_pad_id, pad_values=pad_values, labels_shifted=labels_shifted,
+        position_offset=position_offset, vocab_size=vocab_size,
     )  # fmt: skip
 
 
