@@ -59,6 +59,7 @@ def packed_cross_entropy(
     Raises:
         ValueError: shapes that disagree, an unknown reduction, ``sequence_mean`` without ``cu_seqlens_padded``, a
             label that is neither ``ignore_index`` nor a class, or ``num_items <= 0``.
+        TypeError: labels of a float, complex or bool dtype (they would be truncated to a class).
 
     Example:
         >>> logits = torch.zeros(5, 3)          # uniform: every target costs log(3)
@@ -83,6 +84,11 @@ def packed_cross_entropy(
             stacklevel=2,
         )
         cu_seqlens_padded = cu_seqlens
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise TypeError(
+            f"labels has dtype {labels.dtype}; labels are token ids or {ignore_index} (integers) — a float label would "
+            "be truncated to a class (2.7 -> 2). Pass integer labels (labels.long())"
+        )
     if logits.dim() == 2:
         logits, labels = logits[None], labels[None]
     if logits.dim() != 3 or labels.shape != logits.shape[:2]:

@@ -148,7 +148,7 @@ def batches(draw):
     }
     if draw(st.booleans()):
         opts["pad_to"] = longest + draw(st.integers(0, 5))
-    if draw(st.booleans()):
+    if column is not None and draw(st.booleans()):  # (a pad value for a column no sequence carries is refused)
         opts["pad_values"] = {"mm_token_type_ids": 1 if column is torch.bool else 3}  # (a bool column holds 0/1)
     return packs, opts
 

@@ -21,7 +21,7 @@ import torch
 from ..constants import IGNORE_INDEX
 from ._batch import PackedBatch
 from ._labels import Labels, check_labels, shift_labels, unshift_labels
-from ._options import check_fill, check_int, check_pad_values, check_tokens, positive_int
+from ._options import check_fill, check_pad_columns, check_pad_token_id, check_pad_values, check_tokens, positive_int
 from ._pack import PackedSequence
 from ._static import pad_segments
 
@@ -168,11 +168,12 @@ def collate_packs(
     mtp = {p.multi_token_prediction for p in packs}  # MTP packs (PackingStream) mark the batch
     if len(mtp) > 1:
         raise ValueError("packs mix multi_token_prediction=True and False; build all of them with one PackingConfig")
-    check_int(pad_token_id, "pad_token_id")
+    check_pad_token_id(pad_token_id)
     pad_values = check_pad_values(pad_values, pad_token_id)
     if pack_width is not None:
         packs = [_widen(p, pack_width, i, pad_token_id, pad_values) for i, p in enumerate(packs)]
     specs = _column_specs(packs, pad_values)
+    check_pad_columns(pad_values, specs)
     has_mrope = any(p.position_ids.dim() == 2 for p in packs)
     if mrope is False and has_mrope:
         raise ValueError("packs carry MRoPE position ids (3, T) but mrope=False (consumer.mrope); set mrope=True")

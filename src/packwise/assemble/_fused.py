@@ -32,7 +32,7 @@ from ._collate import Layout, collate_packs
 from ._columns import PRODUCED, RESERVED
 from ._fused_checks import labels_refused, mask_refused, rows_look_shifted
 from ._fused_layout import padded_layout, plain_layout
-from ._options import MAX_TOKENS, check_fill, check_options, plain_options
+from ._options import MAX_TOKENS, SET_BY_OPTION, check_fill, check_options, plain_options
 from ._pack import assemble_pack
 from ._static import pad_segments
 
@@ -111,14 +111,23 @@ def assemble_batch(
         pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
         pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset,
     )  # fmt: skip
-    return collate_packs(
-        [assemble_pack(p, **opts) for p in packs],
+    return collate_packs(  # (each pack gets the pad values of its own columns; collate_packs checks them all)
+        [assemble_pack(p, **{**opts, "pad_values": _own(pad_values, p)}) for p in packs],
         layout=layout,
         pad_to_multiple_of=pad_to_multiple_of,
         pad_values=pad_values,
         pad_token_id=pad_token_id,
         max_segments=max_segments,
     )
+
+
+def _own(pad_values, sequences) -> Mapping | None:
+    """The ``pad_values`` entries for columns some of ``sequences`` carry (a mapping and a list; anything else
+    as given: :func:`check_pad_values` names it). Another pack of the batch may carry the rest."""
+    if not isinstance(pad_values, Mapping) or not isinstance(sequences, (list, tuple)):
+        return pad_values
+    seqs = [s for s in sequences if isinstance(s, Mapping)]
+    return {k: v for k, v in pad_values.items() if k in SET_BY_OPTION or any(k in s for s in seqs)}
 
 
 def _is_int(x) -> bool:
@@ -154,6 +163,8 @@ def _fast_thd(packs, pad_to, alignment, pad_token_id, label_pad_id, pad_values, 
     if "input_ids" not in keys or set(map(len, seqs)) != {len(keys)}:
         return None  # (as many keys in every sequence, and each of sequence 0's is read from all: the same keys)
     names = sorted(keys - _ROW_KEYS)
+    if not pad_values.keys() <= SET_BY_OPTION.union(names):
+        return None  # a pad value for a column no sequence carries: the two-step path names it
     if not _BLOCKED.isdisjoint(names):
         return None
     # -- validation, once per column over the whole batch ------------------------------------------------

@@ -5,7 +5,7 @@ its limit and the fix, before any tensor is filled with them (a raw ``torch.full
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -42,6 +42,33 @@ def check_int(value, option: str) -> None:
         raise ValueError(
             f"{option}={value} does not fit int64 [{_INT64[0]}, {_INT64[1]}] (the dtype of input_ids, labels and "
             f"position_ids); give a value in that range (a token id of the vocabulary)"
+        )
+
+
+def check_pad_token_id(value, vocab_size: int | None = None) -> None:
+    """Refuse a ``pad_token_id`` that is no token id: not an int64 integer, negative (input ids of -1 are refused,
+    so padding of -1 would be too), or ``>= vocab_size`` when the vocabulary size is given (an embedding lookup
+    out of range).
+
+    Example:
+        >>> check_pad_token_id(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: pad_token_id=-1 is negative; padding is a token id >= 0 (the tokenizer's pad_token_id, or 0)
+        >>> check_pad_token_id(500, 100)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: pad_token_id=500 is outside the vocabulary [0, 100); ...
+    """
+    check_int(value, "pad_token_id")
+    if value < 0:
+        raise ValueError(
+            f"pad_token_id={value} is negative; padding is a token id >= 0 (the tokenizer's pad_token_id, or 0)"
+        )
+    if vocab_size is not None and value >= vocab_size:
+        raise ValueError(
+            f"pad_token_id={value} is outside the vocabulary [0, {vocab_size}); give a token id below vocab_size (the "
+            "tokenizer's pad_token_id, or 0)"
         )
 
 
@@ -134,6 +161,29 @@ def check_pad_values(pad_values: Mapping | None, pad_token_id: int) -> dict:
     return dict(pad_values)
 
 
+#: ``pad_values`` keys :func:`check_pad_values` accepts as no-ops (the value packwise pads them with anyway).
+SET_BY_OPTION = frozenset({"input_ids", "labels", "loss_mask"})
+
+
+def check_pad_columns(pad_values: Mapping, columns: Iterable[str]) -> None:
+    """Refuse a ``pad_values`` key that names no column of the packs (a typo such as ``"wieght"`` would pad
+    nothing, and the real column would be padded with 0).
+
+    Example:
+        >>> check_pad_columns({"wieght": 1.0}, ["weight"])
+        Traceback (most recent call last):
+        ...
+        ValueError: pad_values names 'wieght', which no sequence carries (columns: ['weight']); fix the name or drop it
+    """
+    names = set(columns)
+    stray = sorted(set(pad_values) - names - SET_BY_OPTION)
+    if stray:
+        raise ValueError(
+            f"pad_values names {stray[0]!r}, which no sequence carries (columns: {sorted(names)}); fix the name or "
+            "drop it"
+        )
+
+
 def check_fill(value, dtype: torch.dtype, name: str) -> None:
     """Refuse ``pad_values[name]=value`` when the column's ``dtype`` cannot hold it exactly: an integer
     column takes integers in its range, a bool column 0/1, a float column values within its finite range
@@ -169,11 +219,13 @@ def check_fill(value, dtype: torch.dtype, name: str) -> None:
         )
 
 
-def check_options(*, pad_token_id, label_pad_id, position_offset, pad_values, pad_to=None, alignment=1) -> dict:
+def check_options(
+    *, pad_token_id, label_pad_id, position_offset, pad_values, pad_to=None, alignment=1, vocab_size=None
+) -> dict:
     """Every option check of ``assemble_pack`` (the fused path runs the same): the checked ``pad_values``."""
     check_tokens(pad_to, "pad_to")
     check_tokens(alignment, "alignment")
-    check_int(pad_token_id, "pad_token_id")
+    check_pad_token_id(pad_token_id, vocab_size)
     check_int(label_pad_id, "label_pad_id")
     if label_pad_id >= 0:  # a token id: boundary and alignment labels would become targets
         raise ValueError(
@@ -190,8 +242,9 @@ _LOW, _HIGH = _INT64
 
 def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bool:
     """Whether :func:`check_options` would accept these options and return ``{}`` — Python ints within int64
-    (``position_offset`` in ``[0, MAX_TOKENS]``), a negative ``label_pad_id``, no ``pad_values`` — decided in a
-    few comparisons (the fused path's per-batch fast check; anything else goes through :func:`check_options`).
+    (``position_offset`` in ``[0, MAX_TOKENS]``, ``pad_token_id >= 0``), a negative ``label_pad_id``, no
+    ``pad_values`` — decided in a few comparisons (the fused path's per-batch fast check; anything else goes
+    through :func:`check_options`).
 
     Example:
         >>> plain_options(0, -100, 0, None), plain_options(0, 5, 0, None), plain_options(0, -100, 0, {})
@@ -202,7 +255,7 @@ def plain_options(pad_token_id, label_pad_id, position_offset, pad_values) -> bo
         and type(pad_token_id) is int
         and type(label_pad_id) is int
         and type(position_offset) is int
-        and _LOW <= pad_token_id <= _HIGH
+        and 0 <= pad_token_id <= _HIGH
         and _LOW <= label_pad_id < 0
         and 0 <= position_offset <= MAX_TOKENS
     )

@@ -17,9 +17,9 @@ position-based packing detection would read as one-token documents).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -28,7 +28,15 @@ from ..constants import IGNORE_INDEX
 from ..plan import segment_layout  # the numpy seam every executor of a plan builds on
 from ._columns import MEDIA_KEYS, RESERVED, _collect, _Columns, as_tensor, flat_columns, validate_values  # noqa: F401  (re-exported)
 from ._labels import row_labels
-from ._options import check_fill, check_int, check_options, check_position_offset, check_tokens, positive_int
+from ._options import (
+    check_fill,
+    check_options,
+    check_pad_columns,
+    check_pad_token_id,
+    check_position_offset,
+    check_tokens,
+    positive_int,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +122,7 @@ class PackedSequence:
             ([-100, 2, 3, -100, -100, 5, -100, -100], [0, 4, 8], [0, 1, 2, 3, 0, 1, 2, 3])
         """
         alignment = positive_int(alignment, "alignment")
-        check_int(pad_token_id, "pad_token_id")
+        check_pad_token_id(pad_token_id, vocab_size)
         check_position_offset(position_offset)
         check_tokens(pad_to, "pad_to")
         check_tokens(alignment, "alignment")
@@ -199,7 +207,7 @@ class PackedSequence:
 
 
 def assemble_pack(
-    sequences: Sequence[Mapping],
+    sequences: Iterable[Mapping],
     *,
     pad_to: int | None = None,
     alignment: int = 1,
@@ -213,7 +221,8 @@ def assemble_pack(
     """Concatenate sequences into one THD pack (the plan decided membership; this only executes it).
 
     Args:
-        sequences: mappings with ``input_ids (L,)``; optional ``labels (L,)`` and/or ``loss_mask (L,)``, whose
+        sequences: mappings (any iterable: a generator is read once) with ``input_ids (L,)``; optional
+            ``labels (L,)`` and/or ``loss_mask (L,)``, whose
             presence declares the row's convention: ``labels`` alone are HF labels (unshifted), ``labels`` +
             ``loss_mask`` a Megatron row (``labels = text[1:]``, mask aligned with them), ``loss_mask`` alone a
             mask on the predicted token (docs/megatron.md); optional ``position_ids`` ``(L,)`` or MRoPE
@@ -259,13 +268,21 @@ def assemble_pack(
     alignment = positive_int(alignment, "alignment")
     pad_values = check_options(
         pad_token_id=pad_token_id, label_pad_id=label_pad_id, position_offset=position_offset, pad_values=pad_values,
-        pad_to=pad_to, alignment=alignment,
+        pad_to=pad_to, alignment=alignment, vocab_size=vocab_size,
     )  # fmt: skip
+    if not isinstance(sequences, (Sequence, Mapping, torch.Tensor, np.ndarray)):  # a generator: read it once
+        try:
+            sequences = list(sequences)
+        except TypeError:
+            raise TypeError(
+                f"sequences is a {type(sequences).__name__}; pass a list of sequence mappings (each with input_ids)"
+            ) from None
     if not sequences:
         raise ValueError("assemble_pack needs at least one sequence")
     return _execute(
-        _collect(sequences), pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id, label_pad_id=label_pad_id,
-        pad_values=pad_values, labels_shifted=labels_shifted, position_offset=position_offset, vocab_size=vocab_size,
+        _collect(cast("Sequence[Mapping]", sequences)), pad_to=pad_to, alignment=alignment, pad_token_id=pad_token_id,
+        label_pad_id=label_pad_id, pad_values=pad_values, labels_shifted=labels_shifted,
+        position_offset=position_offset, vocab_size=vocab_size,
     )  # fmt: skip
 
 
@@ -292,6 +309,7 @@ def _execute(
     validate_values(cols, vocab_size=vocab_size, label_pad_id=label_pad_id, labels=labels)
     positions = _positions(cols, lay.pos_in_seg, lay.seq_idx, lay.seg_real, dst, position_offset, n, device)
     pad_values = dict(pad_values or {})
+    check_pad_columns(pad_values, cols.extra)
     for name in pad_values.keys() & cols.extra.keys():  # the pad value fits the column in every sequence
         for dtype in cols.dtypes.get(name, (cols.extra[name].dtype,)):
             check_fill(pad_values[name], dtype, name)

@@ -42,6 +42,7 @@ from ._guard import (
     _family,
     check_batch_norm,
     check_model,
+    check_target,
     position_offset,
 )
 from ._mask import check_mask_only_features
@@ -344,7 +345,9 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
         PackingRefused: (a ``ValueError``) a stateful mixer packwise cannot run per document (named with
             the model type), an unverified module class (named, with the ``allow`` opt-in), a config
             feature the backend cannot honour (field and value), or a sliding window only HF's mask applies.
-        ValueError: an unknown backend, or a model that cannot switch attention implementation (checked on
+        TypeError: a model that is not a transformers ``PreTrainedModel``, or ``allow`` given as one string.
+        ValueError: an ``allow`` name matching no module class of the model, an unknown backend, or a model that
+            cannot switch attention implementation (checked on
             ``config._attn_implementation`` and every sub-config afterwards: Falcon only logs a warning).
         ValueError (at forward time): a packed row with media while a BatchNorm layer trains (Parakeet's audio
             tower in Nemotron-Omni): its batch statistics span every document; put that layer in eval mode.
@@ -359,6 +362,7 @@ def use_packed_attention(model, *, backend: Backend = "auto", allow: Sequence[st
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    check_target(model, allow)
     check_model(model, backend, allow)
     check_mask_only_features(model)  # whatever allow= says
     name = register_packed_attention(backend)

@@ -100,6 +100,11 @@ def _sequences(feature: Mapping, index: int) -> list[dict]:
                 seq[k] = torch.as_tensor(feature[k])
         return [seq]
     lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.ndim != 1:  # [[3, 2]] sums right but splits once: the second document's tokens would vanish
+        raise ValueError(
+            f"feature {index}: seq_lengths has shape {tuple(lengths.shape)}; it must be 1-D (one length per document, "
+            f"e.g. [3, 2]). Flatten it (a row's seq_lengths is a flat list of ints, not a nested list)"
+        )
     if int(lengths.sum()) != ids.shape[0] or (lengths < 1).any():
         raise ValueError(
             f"feature {index}: seq_lengths {lengths.tolist()} must be positive and sum to its {ids.shape[0]} tokens"

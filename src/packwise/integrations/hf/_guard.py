@@ -89,6 +89,31 @@ def _family(cls: type) -> str | None:
     return parts[2] if len(parts) > 2 and parts[:2] == ["transformers", "models"] else None
 
 
+def check_target(model, allow: Sequence[str]) -> None:
+    """Refuse what :func:`use_packed_attention` cannot patch: a model without ``set_attn_implementation`` (not a
+    transformers ``PreTrainedModel``), an ``allow`` given as one string (it would be read as its characters) or
+    holding a non-string, and an ``allow`` name that matches no module class of ``model`` (a typo opts nothing in).
+
+    Raises:
+        TypeError: the model or the ``allow`` type, named. ValueError: an ``allow`` name no module carries.
+    """
+    if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "set_attn_implementation", None)):
+        raise TypeError(
+            f"use_packed_attention got a {type(model).__name__}, not a transformers PreTrainedModel (it has no "
+            "set_attn_implementation): packwise patches transformers models only; for a custom torch model call "
+            "packwise.attention.varlen_attention with the batch's cu_seq_lens_q yourself"
+        )
+    if isinstance(allow, str) or not all(isinstance(a, str) for a in allow):
+        raise TypeError(f"allow={allow!r}: pass a list of module class names, e.g. allow=['LlamaAttention']")
+    present = {type(m).__name__ for m in model.modules()}
+    missing = sorted(set(allow) - present)
+    if missing:
+        raise ValueError(
+            f"allow names {missing[0]!r}, which is no module class of this {type(model).__name__} (its classes: "
+            f"{sorted(present)}); fix the name or drop it"
+        )
+
+
 def check_model(model, backend: Backend, allow: Sequence[str] = ()) -> None:
     """Raise :class:`PackingRefused` unless every layer of ``model`` is one packwise can isolate on ``backend``.
 
@@ -229,7 +254,16 @@ def _check_boundaries(kwargs: dict, offset: int) -> None:
     tokens (``attention_mask`` 1 at ``t-1`` and ``t``; no mask: every token) — HF's left padding restarts
     positions after the pads and stays allowed. With ``cu_seq_lens_q`` and 2-D position ids: positions must
     increase by exactly 1 inside every segment (a segment holding several documents would leak).
+    ``cu_seq_lens_k`` must equal ``cu_seq_lens_q`` (packed training has no KV cache: keys are the queries).
     """
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_k is not None and (cu_q is None or not torch.equal(torch.as_tensor(cu_q), torch.as_tensor(cu_k))):
+        q = None if cu_q is None else torch.as_tensor(cu_q).tolist()
+        raise ValueError(
+            f"cu_seq_lens_k {torch.as_tensor(cu_k).tolist()} differs from cu_seq_lens_q {q}: in a packed row the keys "
+            "are the queries, so both must hold the same boundaries (queries of one document would attend to keys "
+            "of another). Pass the cu_seq_lens_q/k that one PackedDataCollator call emits"
+        )
     pos = kwargs.get("position_ids")
     if not isinstance(pos, torch.Tensor) or pos.shape[-1] < 2:
         return
