@@ -92,7 +92,7 @@ def _check_read_options(raw: RawInput, opts: PackOptions) -> None:
             "drop chat_template (--chat-template)"
         )
     if opts.drop_fields:
-        present = set(raw.table.column_names) if raw.table is not None else {k for r in raw.rows if r for k in r}
+        present = set(raw.table.column_names) if raw.table is not None else {k for r in raw.rows or [] if r for k in r}
         absent = [n for n in opts.drop_fields if n not in present]
         if absent:
             raise ValueError(

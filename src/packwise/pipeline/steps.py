@@ -86,7 +86,7 @@ def _refuse_all_over_labels(raw: RawInput) -> None:
     if raw.table is not None:
         found = next(((raw.name, c) for c in ("labels", "loss_mask") if c in raw.table.column_names), None)
     else:
-        found = next(((raw.locate(i), c) for i, row in enumerate(raw.rows) if row is not None
+        found = next(((raw.locate(i), c) for i, row in enumerate(raw.rows or []) if row is not None
                       for c in ("labels", "loss_mask") if row.get(c) is not None), None)  # fmt: skip
     if found is not None:
         where, column = found
