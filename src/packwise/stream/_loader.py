@@ -39,6 +39,7 @@ class PackingLoader:
         >>> loader = PackingLoader(stream, batch_size=2)
         >>> [b["num_sequences"].tolist() for b in loader]
         [[2, 2], [1]]
+        >>> stream = PackingStream([{"input_ids": [1] * n} for n in (3, 5, 2, 6, 4)], capacity=8, buffer_size=5)
         >>> dropping = PackingLoader(stream, batch_size=2, drop_last_batch=True)
         >>> len(list(dropping)), dropping.stats["packs_dropped_last_batch"], dropping.stats["tokens_dropped_last_batch"]
         (1, 1, 4)
