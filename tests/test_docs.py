@@ -59,5 +59,8 @@ def _docs_on_path():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules["docs_api"] = module
+    had = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
+    if had is None:  # leave the environment as found: later tests on this worker read it
+        os.environ.pop("TOKENIZERS_PARALLELISM", None)

@@ -20,6 +20,7 @@ def chats(write_jsonl):
 
 def test_output_is_the_same_for_any_thread_count(chats, tmp_path, monkeypatch):
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)  # another test's fixture may have set it
     outs = []
     for name, extra in (("default", []), ("one", ["--num-proc", "1"])):
         out = tmp_path / name
