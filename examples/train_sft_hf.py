@@ -68,7 +68,8 @@ def build_dataset(args, tokenizer):
 
     convs = chitchat_conversations()[: args.samples]
     raw = RawInput(name=f"chitchat[:{args.samples}]", kind="messages", rows=[{"messages": c} for c in convs])
-    table, report = pack_dataset(raw, capacity=args.capacity, tokenizer=tokenizer, seed=args.seed)
+    # BFD (the default) is deterministic: no seed to pass
+    table, report = pack_dataset(raw, capacity=args.capacity, tokenizer=tokenizer)
     import datasets
 
     return datasets.Dataset(table), report

@@ -36,7 +36,7 @@ _RAY_TESTS = {"test_literal_special_tokens_skipped_the_same_on_the_ray_engine"}
 #: 2026-12-02: mypy cold 244, SmolLM2 235, the default data through both tokenizer paths 171, SmolLM2 training
 #: 98). The rest of the ``slow``-marked tests follow, then everything else (a stable sort keeps the order within).
 _LONGEST = (
-    "tests/test_mypy.py::test_mypy_error_count_at_most_the_ratchet",
+    "tests/test_mypy.py::test_mypy_reports_no_error",
     "tests/isolation/test_real_model.py::test_smollm2_packed_equals_alone",
     "tests/text/test_fast_path.py::test_default_data_tokens_and_masks_match_the_transformers_path",
     "tests/training/test_train_example.py::test_real_smollm2_two_steps",

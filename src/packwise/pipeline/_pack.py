@@ -135,7 +135,7 @@ def pack_columns(
     samples, skipped = tokenize(raw, tok, template, opts, skip_bad_rows=opts.skip_bad_rows, progress=advance)
     timings["tokenize"] = time.perf_counter() - t
     check_rows(raw.name, PieceCounts(rows_read=raw.num_rows, rows_skipped=len(skipped)))
-    if samples.media is None:
+    if samples.media is None and not skipped:  # a skipped row may have held the media the options size
         _check_media_options_unread(given_vision, raw.name)
 
     t = time.perf_counter()
